@@ -1,0 +1,340 @@
+// Command crownd is the Crown broker: one node of a Raft-replicated
+// message broker speaking the Queen MQ HTTP API.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/crownmq/crown/fsm"
+	"github.com/crownmq/crown/httpapi"
+	"github.com/crownmq/crown/httpapi/envelope"
+	"github.com/crownmq/crown/raftnode"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "healthcheck" {
+		os.Exit(healthcheck(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "crownd:", err)
+		os.Exit(2)
+	}
+	if err := run(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "crownd:", err)
+		os.Exit(1)
+	}
+}
+
+// config is everything crownd reads from flags and the environment.
+type config struct {
+	NodeID        string
+	DataDir       string
+	HTTPAddr      string
+	HTTPAdvertise string
+	RaftAddr      string
+	RaftAdvertise string
+	Peers         []raftnode.Peer
+	Join          string
+	LogLevel      slog.Level
+	LogFormat     string
+	LeaderWait    time.Duration
+	Pprof         bool
+	FSMSync       bool
+	Key           *envelope.Key
+	Hotlist       bool
+	WindowBatch   uint64
+	Raft          raftnode.Config
+}
+
+// flagEnv names the environment variable that stands in for a flag.
+func flagEnv(name string) string {
+	return "CROWN_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
+	fs := flag.NewFlagSet("crownd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := &config{}
+	var peers, logLevel string
+	fs.StringVar(&c.NodeID, "node-id", "node1", "this node's unique id in the cluster")
+	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory for the Raft log, snapshots and the state database")
+	fs.StringVar(&c.HTTPAddr, "http-addr", ":6632", "address the HTTP API listens on")
+	fs.StringVar(&c.HTTPAdvertise, "http-advertise", "", "URL other nodes use to reach this node's HTTP API (default: http://<raft host>:<http port>)")
+	fs.StringVar(&c.RaftAddr, "raft-addr", "127.0.0.1:7632", "address the Raft transport listens on")
+	fs.StringVar(&c.RaftAdvertise, "raft-advertise", "", "address other nodes dial for Raft (default: --raft-addr)")
+	fs.StringVar(&peers, "peers", "", "initial voters as id@raftaddr,... (absent: single-node bootstrap); every node may get the same list")
+	fs.StringVar(&c.Join, "join", "", "URL of any node of an existing cluster to join (instead of bootstrapping)")
+	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", "json", "log format: json or text")
+	fs.DurationVar(&c.LeaderWait, "leader-wait", 5*time.Second, "how long a request waits for a leader during an election before failing with 503")
+	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the HTTP address")
+	fs.BoolVar(&c.FSMSync, "fsm-sync", false, "fsync the state database on every commit (the Raft log is always fsynced; see README, Durability)")
+	fs.DurationVar(&c.Raft.HeartbeatTimeout, "raft-heartbeat-timeout", time.Second, "Raft heartbeat timeout: how long a follower waits for the leader before an election")
+	fs.DurationVar(&c.Raft.ElectionTimeout, "raft-election-timeout", time.Second, "Raft election timeout")
+	fs.Uint64Var(&c.Raft.SnapshotThreshold, "raft-snapshot-threshold", 4096, "log entries between snapshots")
+	fs.Uint64Var(&c.Raft.TrailingLogs, "raft-trailing-logs", 16384, "log entries kept after a snapshot so a restarted node catches up from the log")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, `crownd %s: a Raft-replicated message broker speaking the Queen MQ HTTP API.
+
+Usage:
+  crownd [flags]            run a node
+  crownd healthcheck [URL]  exit 0 when the node at URL (default http://127.0.0.1:6632) is healthy
+
+Every flag can also be set by an environment variable: --node-id is CROWN_NODE_ID,
+--raft-addr is CROWN_RAFT_ADDR, and so on. A flag on the command line wins.
+
+Queen variables: QUEEN_ENCRYPTION_KEY (64 hex characters; a malformed key stops
+crownd), QUEEN_HOTLIST (0 selects the pop-time window rule), QUEEN_HOTLIST_WINDOW_BATCH
+(default 100).
+
+Flags:
+`, version)
+		fs.VisitAll(func(f *flag.Flag) {
+			fmt.Fprintf(stderr, "  --%s (env %s, default %q)\n      %s\n", f.Name, flagEnv(f.Name), f.DefValue, f.Usage)
+		})
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v := getenv(flagEnv(f.Name)); v != "" && !set[f.Name] && envErr == nil {
+			if err := fs.Set(f.Name, v); err != nil {
+				envErr = fmt.Errorf("%s=%q: %w", flagEnv(f.Name), v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return nil, envErr
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		return nil, fmt.Errorf("--log-format must be json or text, got %q", c.LogFormat)
+	}
+	if c.NodeID == "" || len(c.NodeID) > fsm.MaxNameBytes {
+		return nil, fmt.Errorf("--node-id must be 1 to %d bytes", fsm.MaxNameBytes)
+	}
+	var err error
+	if c.Peers, err = parsePeers(peers); err != nil {
+		return nil, err
+	}
+	if c.Join != "" && len(c.Peers) > 0 {
+		return nil, errors.New("--join and --peers are exclusive: join an existing cluster or bootstrap a new one")
+	}
+	if c.RaftAdvertise == "" {
+		c.RaftAdvertise = c.RaftAddr
+	}
+	if c.HTTPAdvertise == "" {
+		if c.HTTPAdvertise, err = deriveAdvertise(c.HTTPAddr, c.RaftAdvertise); err != nil {
+			return nil, err
+		}
+	}
+	if c.Key, err = envelope.ParseKey(getenv("QUEEN_ENCRYPTION_KEY")); err != nil {
+		return nil, err
+	}
+	c.Hotlist = getenv("QUEEN_HOTLIST") != "0" && !strings.EqualFold(getenv("QUEEN_HOTLIST"), "false")
+	c.WindowBatch = 100
+	if v := getenv("QUEEN_HOTLIST_WINDOW_BATCH"); v != "" {
+		if c.WindowBatch, err = strconv.ParseUint(v, 10, 64); err != nil || c.WindowBatch == 0 {
+			return nil, fmt.Errorf("QUEEN_HOTLIST_WINDOW_BATCH=%q must be a positive integer", v)
+		}
+	}
+	return c, nil
+}
+
+func parsePeers(s string) ([]raftnode.Peer, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []raftnode.Peer
+	seen := map[string]bool{}
+	for _, p := range strings.Split(s, ",") {
+		id, addr, ok := strings.Cut(strings.TrimSpace(p), "@")
+		if !ok || id == "" || addr == "" {
+			return nil, fmt.Errorf("--peers: %q is not id@host:port", p)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("--peers: %q: %w", p, err)
+		}
+		if seen[id] {
+			return nil, fmt.Errorf("--peers: id %q listed twice", id)
+		}
+		seen[id] = true
+		out = append(out, raftnode.Peer{ID: id, Addr: addr})
+	}
+	return out, nil
+}
+
+// deriveAdvertise builds http://<host of the raft address>:<http port>.
+func deriveAdvertise(httpAddr, raftAddr string) (string, error) {
+	_, port, err := net.SplitHostPort(httpAddr)
+	if err != nil {
+		return "", fmt.Errorf("--http-addr %q: %w", httpAddr, err)
+	}
+	host, _, err := net.SplitHostPort(raftAddr)
+	if err != nil {
+		return "", fmt.Errorf("--raft-addr %q: %w", raftAddr, err)
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port), nil
+}
+
+func newLogger(c *config) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: c.LogLevel}
+	var h slog.Handler = slog.NewJSONHandler(os.Stderr, opts)
+	if c.LogFormat == "text" {
+		h = slog.NewTextHandler(os.Stderr, opts)
+	}
+	return slog.New(h).With("node", c.NodeID)
+}
+
+func bootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func run(c *config) error {
+	log := newLogger(c)
+	state, err := fsm.Open(fsm.Config{Dir: filepath.Join(c.DataDir, "state"), NodeID: c.NodeID,
+		Logger: log, Sync: c.FSMSync, BootID: bootID()})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := state.Close(); err != nil {
+			log.Error("close state", "error", err)
+		}
+	}()
+	rc := c.Raft
+	rc.NodeID, rc.RaftAddr, rc.Advertise, rc.DataDir = c.NodeID, c.RaftAddr, c.RaftAdvertise, c.DataDir
+	rc.Peers, rc.Join, rc.Logger = c.Peers, c.Join != "", log
+	node, err := raftnode.New(rc, state)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	api := httpapi.New(httpapi.Config{
+		NodeID: c.NodeID, AdvertiseURL: c.HTTPAdvertise, RaftAddr: c.RaftAdvertise, LeaderWait: c.LeaderWait,
+		Hotlist: c.Hotlist, WindowBatch: c.WindowBatch, Key: c.Key, Logger: log, Registry: reg,
+		Pprof: c.Pprof, Version: version,
+	}, node, state)
+
+	ln, err := net.Listen("tcp", c.HTTPAddr)
+	if err != nil {
+		node.Shutdown()
+		return fmt.Errorf("listen on %s: %w", c.HTTPAddr, err)
+	}
+	srv := &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("crownd started", "version", version, "http", ln.Addr().String(), "advertise", c.HTTPAdvertise,
+		"raft", c.RaftAddr, "data_dir", c.DataDir, "encryption", c.Key.Enabled(), "hotlist", c.Hotlist)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if c.Join != "" && len(mustMembers(node)) == 0 {
+		go func() {
+			if err := api.Join(ctx, c.Join); err != nil {
+				log.Error("join failed", "error", err)
+			}
+		}()
+	}
+	go api.KeepRegistered(ctx)
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case s := <-sigs:
+		log.Info("shutting down", "signal", s.String())
+	case err := <-serveErr:
+		log.Error("http server stopped", "error", err)
+	}
+	cancel()
+	// Stop accepting, answer parked long-polls, let in-flight requests finish.
+	api.Drain()
+	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("http shutdown", "error", err)
+	}
+	scancel()
+	if err := node.Shutdown(); err != nil {
+		log.Warn("raft shutdown", "error", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func mustMembers(n *raftnode.Node) []raftnode.Member {
+	m, _ := n.Members()
+	return m
+}
+
+// healthcheck probes a node's /health (used by Docker, whose image has no shell).
+func healthcheck(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("crownd healthcheck", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	timeout := fs.Duration("timeout", 3*time.Second, "request timeout")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: crownd healthcheck [--timeout 3s] [URL]\n\nExits 0 when GET URL/health answers 200 (default URL http://127.0.0.1:6632).")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	url := "http://127.0.0.1:6632"
+	if fs.NArg() > 0 {
+		url = fs.Arg(0)
+	}
+	client := &http.Client{Timeout: *timeout}
+	resp, err := client.Get(strings.TrimRight(url, "/") + "/health")
+	if err != nil {
+		fmt.Fprintln(stderr, "unhealthy:", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "unhealthy: %d %s\n", resp.StatusCode, body)
+		return 1
+	}
+	fmt.Fprintf(stdout, "healthy: %s\n", body)
+	return 0
+}

@@ -1,0 +1,266 @@
+package fsm
+
+import (
+	"sort"
+
+	"github.com/crownmq/crown/segments"
+)
+
+// applyAck applies acknowledgements for one group (queen-api.md 4.10): items
+// are resolved, then applied per partition in message order whatever order
+// the client listed them in, and reported in request order.
+func applyAck(a *applier, c *Ack) any {
+	s := a.newAckSession(c.Group)
+	results := make([]AckItemResult, len(c.Items))
+	type pending struct {
+		i   int
+		ref ackTarget
+	}
+	var todo []pending
+	for i := range c.Items {
+		ref, ok := s.resolve(&c.Items[i])
+		if !ok {
+			results[i] = AckItemResult{Error: ErrUnresolvable}
+			continue
+		}
+		todo = append(todo, pending{i, ref})
+	}
+	sort.SliceStable(todo, func(x, y int) bool {
+		if todo[x].ref.cur.part.ID != todo[y].ref.cur.part.ID {
+			return todo[x].ref.cur.part.ID < todo[y].ref.cur.part.ID
+		}
+		return todo[x].ref.offset < todo[y].ref.offset
+	})
+	for _, p := range todo {
+		results[p.i] = s.apply(&c.Items[p.i], p.ref, false)
+	}
+	s.flush()
+	return &AckResult{Items: results}
+}
+
+// ackSession caches the group state of every partition one command touches,
+// so a batch of acks reads and writes each (partition, group) once, and
+// remembers which lease each partition held when the command started.
+type ackSession struct {
+	a       *applier
+	group   string
+	cursors map[uint64]*groupCursor
+	order   []*groupCursor // first-touch order, for a deterministic flush
+}
+
+type groupCursor struct {
+	part  *segments.Partition
+	queue *segments.Queue
+	g     *segments.Group // nil while the group has no state here
+	dirty bool
+	// The live lease at the start of the command: an ack carrying this
+	// lease id stays valid for the whole command even after an earlier item
+	// released it (one charge per delivery, queen-api.md 4.10).
+	leaseAtStart [16]byte
+}
+
+type ackTarget struct {
+	cur    *groupCursor
+	offset uint64
+}
+
+func (a *applier) newAckSession(group string) *ackSession {
+	return &ackSession{a: a, group: group, cursors: make(map[uint64]*groupCursor)}
+}
+
+func (s *ackSession) cursor(p *segments.Partition) *groupCursor {
+	if c, ok := s.cursors[p.ID]; ok {
+		return c
+	}
+	c := &groupCursor{part: p}
+	c.queue = must1(s.a.tx.QueueByID(p.QueueID))
+	c.g = must1(s.a.tx.Group(p.ID, s.group))
+	if c.g != nil && c.g.LeaseLive(s.a.now) {
+		c.leaseAtStart = c.g.LeaseID
+	}
+	s.cursors[p.ID] = c
+	s.order = append(s.order, c)
+	return c
+}
+
+// resolve finds the message an ack names. When a transaction id occurs more
+// than once in the partition, the occurrence inside the group's leased batch
+// wins, else the newest (queen-api.md 4.12).
+func (s *ackSession) resolve(it *AckItem) (ackTarget, bool) {
+	if !it.PartitionOK {
+		return ackTarget{}, false
+	}
+	var p *segments.Partition
+	if c := s.cursorByUUID(it.PartitionID); c != nil {
+		p = c.part
+	} else if p = must1(s.a.tx.PartitionByUUID(it.PartitionID)); p == nil {
+		return ackTarget{}, false
+	}
+	ref, ok := s.a.tx.TxID(p.ID, it.TxID)
+	if !ok {
+		return ackTarget{}, false
+	}
+	c := s.cursor(p)
+	off := ref.Offset
+	if g := c.g; g != nil && g.HasLease() && (off < g.Next || off > g.LeaseLast) && g.Next <= g.LeaseLast {
+		must(s.a.tx.Scan(p.ID, g.Next, func(sm *segments.StoredMessage) (bool, error) {
+			if sm.Offset > g.LeaseLast {
+				return false, nil
+			}
+			if sm.TxID == it.TxID {
+				off = sm.Offset
+				return false, nil
+			}
+			return true, nil
+		}))
+	}
+	return ackTarget{cur: c, offset: off}, true
+}
+
+func (s *ackSession) cursorByUUID(id [16]byte) *groupCursor {
+	for _, c := range s.order {
+		if c.part.UUID == id {
+			return c
+		}
+	}
+	return nil
+}
+
+// apply applies one resolved item. inTx selects the transaction variants of
+// the statuses (queen-api.md 4.15): retry and unknown statuses are errors
+// there, and dlq releases the lease at once.
+func (s *ackSession) apply(it *AckItem, t ackTarget, inTx bool) AckItemResult {
+	c := t.cur
+	r := AckItemResult{Resolved: true, Queue: c.queue.Name, Partition: c.part.Name}
+	if it.HasLease && (it.LeaseID != c.leaseAtStart || c.leaseAtStart == [16]byte{}) {
+		r.Error = ErrInvalidLease
+		return r
+	}
+	now := s.a.now
+	switch it.Status {
+	case AckCompleted:
+		r.LeaseReleased = s.advance(c, t.offset)
+	case AckFailed:
+		g := c.g
+		limit := uint64(max(c.queue.Options.RetryLimit, 0))
+		retry := uint64(0)
+		if g != nil {
+			retry = g.Retry
+		}
+		if retry < limit {
+			// Budget left: charge once per delivery, on the item that ends the live lease.
+			if g != nil && g.LeaseLive(now) {
+				g.Retry++
+				s.release(c)
+				r.LeaseReleased = true
+			}
+			break
+		}
+		o := c.queue.Options
+		if o.DeadLetterQueue || o.DLQAfterMaxRetries {
+			s.deadLetter(c, t.offset, it.Error)
+			r.DLQ = true
+		} else {
+			r.Dropped = true
+		}
+		r.LeaseReleased = s.advance(c, t.offset)
+	case AckDLQ:
+		s.deadLetter(c, t.offset, it.Error)
+		r.DLQ = true
+		r.LeaseReleased = s.advance(c, t.offset)
+		if inTx && c.g.LeaseLive(now) {
+			s.release(c)
+			r.LeaseReleased = true
+		}
+	case AckRetry:
+		if inTx {
+			r.Error = "Unknown status: retry"
+			return r
+		}
+		if c.g != nil && c.g.LeaseLive(now) {
+			s.release(c)
+			r.LeaseReleased = true
+		}
+	default:
+		r.Error = "Unknown status: " + it.StatusText
+		return r
+	}
+	r.Success = true
+	return r
+}
+
+// state returns the group's state on the cursor's partition, creating it
+// (with no position) when absent.
+func (s *ackSession) state(c *groupCursor) *segments.Group {
+	if c.g == nil {
+		c.g = &segments.Group{}
+		s.a.touchQueueGroup(c.part.QueueID, s.group, nil)
+	}
+	return c.g
+}
+
+// advance moves the group's position past off (never backwards) and ends
+// the lease when the position passes the last delivered message, which also
+// resets the retry counter. It reports whether the lease ended.
+func (s *ackSession) advance(c *groupCursor, off uint64) bool {
+	g := s.state(c)
+	if off+1 > g.Next {
+		if g.Next == 0 {
+			g.Consumed++
+		} else {
+			g.Consumed += off + 1 - g.Next
+		}
+		g.Next = off + 1
+		g.LastConsumedAt = s.a.now
+		c.dirty = true
+	}
+	if g.HasLease() && g.Next > g.LeaseLast {
+		must(s.a.tx.UnindexLease(g.LeaseID, c.part.ID, s.group))
+		g.ClearLease()
+		g.Retry = 0
+		g.Batches++
+		c.dirty = true
+		s.a.events.touch(c.queue.Name)
+		return true
+	}
+	return false
+}
+
+// release ends the group's lease on the partition without moving the position.
+func (s *ackSession) release(c *groupCursor) {
+	g := c.g
+	must(s.a.tx.UnindexLease(g.LeaseID, c.part.ID, s.group))
+	g.ClearLease()
+	c.dirty = true
+	s.a.events.touch(c.queue.Name)
+}
+
+// deadLetter copies the message at off into the queue's dead-letter table for the group.
+func (s *ackSession) deadLetter(c *groupCursor, off uint64, errText string) {
+	m := must1(s.a.tx.MessageAt(c.part.ID, off))
+	if m == nil {
+		return
+	}
+	if errText == "" {
+		errText = "Retries exhausted"
+	}
+	retry := uint64(0)
+	if c.g != nil {
+		retry = c.g.Retry
+	}
+	must(s.a.tx.AddDeadLetter(&segments.DeadLetter{
+		QueueID: c.queue.ID, PartitionID: c.part.ID, PartitionName: c.part.Name,
+		Offset: off, MessageID: m.ID, TxID: m.TxID, TraceID: m.TraceID, HasTrace: m.HasTrace,
+		ProducerSub: m.ProducerSub, Payload: m.Payload, Encrypted: m.Encrypted,
+		Group: s.group, Error: errText, RetryCount: retry, CreatedAt: m.CreatedAt, FailedAt: s.a.now,
+	}))
+}
+
+// flush writes back every changed group state.
+func (s *ackSession) flush() {
+	for _, c := range s.order {
+		if c.dirty {
+			must(s.a.tx.PutGroup(c.part.ID, s.group, c.g))
+		}
+	}
+}

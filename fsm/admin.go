@@ -1,0 +1,70 @@
+package fsm
+
+import (
+	"github.com/crownmq/crown/segments"
+)
+
+// Events tell observers, after a commit, what an applied batch may have made
+// deliverable or changed. They are derived from the commands, never stored.
+type Events struct {
+	Index uint64
+	// Queues names every queue a command touched in a way that can wake a
+	// parked pop (push, released or expired lease, configure, delete).
+	Queues map[string]struct{}
+	// All is set after a snapshot restore: everything may have changed.
+	All bool
+	// Nodes is set when the node registry changed.
+	Nodes bool
+}
+
+func (e *Events) touch(queue string) {
+	if e.Queues == nil {
+		e.Queues = make(map[string]struct{})
+	}
+	e.Queues[queue] = struct{}{}
+}
+
+func applyConfigure(a *applier, c *Configure) any {
+	q := must1(a.tx.Queue(c.Queue))
+	opts := c.Options
+	ClampOptions(&opts)
+	if q == nil {
+		q = &segments.Queue{
+			UUID:      a.newID(),
+			Name:      c.Queue,
+			CreatedAt: a.now,
+			Origin:    segments.OriginConfigure,
+		}
+		q.Namespace, q.Task, q.Options = c.Namespace, c.Task, opts
+		must(a.tx.CreateQueue(q))
+	} else {
+		// Full replace of options and tags; id, partitions, messages and
+		// consumer state stay.
+		q.Namespace, q.Task, q.Options = c.Namespace, c.Task, opts
+		must(a.tx.PutQueue(q))
+	}
+	a.events.touch(q.Name)
+	return &ConfigureResult{Queue: *q}
+}
+
+func applyDeleteQueue(a *applier, c *DeleteQueue) any {
+	q := must1(a.tx.Queue(c.Queue))
+	if q == nil {
+		return &DeleteQueueResult{Existed: false}
+	}
+	must(a.tx.DeleteQueue(q))
+	a.events.touch(q.Name)
+	return &DeleteQueueResult{Existed: true}
+}
+
+func applyRegisterNode(a *applier, c *RegisterNode) any {
+	must(a.tx.PutNode(&segments.Node{ID: c.ID, RaftAddr: c.RaftAddr, HTTPAddr: c.HTTPAddr}))
+	a.events.Nodes = true
+	return &OK{}
+}
+
+func applyRemoveNode(a *applier, c *RemoveNode) any {
+	must(a.tx.DeleteNode(c.ID))
+	a.events.Nodes = true
+	return &OK{}
+}

@@ -1,0 +1,222 @@
+package fsm
+
+import (
+	"github.com/crownmq/crown/segments"
+)
+
+// Type identifies a command in the log. Values are part of the log format:
+// never renumber or reuse one.
+type Type uint8
+
+// The command table. Each type has exactly one apply function (registry.go).
+const (
+	TypeConfigure    Type = 1
+	TypePush         Type = 2
+	TypeLease        Type = 3
+	TypeAck          Type = 4
+	TypeExtend       Type = 5
+	TypeTransaction  Type = 6
+	TypeDeleteQueue  Type = 7
+	TypeRegisterNode Type = 8
+	TypeRemoveNode   Type = 9
+)
+
+// Command is one state change. Every field a rule needs is carried in the
+// command: Apply adds only the entry's stamped time and ids derived from the
+// state's sequence counter.
+type Command interface {
+	Type() Type
+	// Validate checks limits that a storage write would otherwise trip
+	// over. A command that fails it is answered with an ErrorResult and
+	// changes nothing, on every node alike.
+	Validate() error
+}
+
+// QueueMode is the consumer group used when a request names none.
+const QueueMode = "__QUEUE_MODE__"
+
+// Configure creates a queue or replaces its whole configuration.
+type Configure struct {
+	_msgpack  struct{} `msgpack:",as_array"`
+	Queue     string
+	Namespace string
+	Task      string
+	Options   segments.Options
+}
+
+// PushItem is one message of a push. TxID is always set (the receiving node
+// generates one when the client sent none). Payload is the JSON value as
+// pushed, or an encryption envelope when Encrypted.
+type PushItem struct {
+	_msgpack    struct{} `msgpack:",as_array"`
+	Queue       string
+	Partition   string
+	TxID        string
+	TraceID     [16]byte
+	HasTrace    bool
+	ProducerSub string
+	Payload     []byte
+	Encrypted   bool
+}
+
+// Push appends messages to one or more partitions in one atomic step. The
+// items for one partition form one segment, in item order.
+type Push struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Items    []PushItem
+}
+
+// Pop scopes.
+const (
+	ScopeWildcard  uint8 = 1 // every partition of Queue
+	ScopeSpecific  uint8 = 2 // Queue/Partition only
+	ScopeDiscovery uint8 = 3 // every queue whose tags match Namespace/Task
+)
+
+// Subscription modes requested by a pop, consulted on first contact only.
+const (
+	SubAll       uint8 = 0 // from the beginning (no record is stored)
+	SubNew       uint8 = 1 // only messages created at or after the first pop
+	SubTimestamp uint8 = 2 // only messages created at or after SubFrom
+)
+
+// Lease is a pop: it claims up to MaxPartitions partitions with deliverable
+// messages for Group and leases (or, with AutoAck, consumes) up to Batch
+// messages across them.
+type Lease struct {
+	_msgpack      struct{} `msgpack:",as_array"`
+	Scope         uint8
+	Queue         string
+	Partition     string
+	Namespace     string
+	Task          string
+	Group         string
+	Batch         uint32
+	MaxPartitions uint32
+	AutoAck       bool
+	LeaseSeconds  int64
+	SubMode       uint8
+	SubFrom       int64 // unix µs, for SubTimestamp
+	// Window rules, stamped from the leader's configuration so that every
+	// node evaluates the same rule: WindowBatch promotes a held partition
+	// early (QUEEN_HOTLIST_WINDOW_BATCH); SQLWindow selects the pop-time
+	// debounce without early promotion (QUEEN_HOTLIST=0).
+	WindowBatch uint64
+	SQLWindow   bool
+}
+
+// Ack statuses.
+const (
+	AckCompleted uint8 = 1 // "completed" or "success"
+	AckFailed    uint8 = 2
+	AckRetry     uint8 = 3
+	AckDLQ       uint8 = 4
+	AckUnknown   uint8 = 5 // StatusText holds what the client sent
+)
+
+// AckItem addresses one message by (partition id, transaction id).
+type AckItem struct {
+	_msgpack    struct{} `msgpack:",as_array"`
+	TxID        string
+	PartitionID [16]byte
+	// PartitionOK is false when the client's partitionId was not a UUID:
+	// such an ack is unresolvable, reported per item.
+	PartitionOK bool
+	LeaseID     [16]byte
+	HasLease    bool
+	Status      uint8
+	StatusText  string
+	Error       string
+}
+
+// Ack acknowledges items for one consumer group.
+type Ack struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Group    string
+	Items    []AckItem
+}
+
+// Extend pushes out the expiry of every live lease with LeaseID.
+type Extend struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	LeaseID  [16]byte
+	Seconds  int64
+}
+
+// Transaction operation kinds.
+const (
+	OpPush    uint8 = 1
+	OpAck     uint8 = 2
+	OpInvalid uint8 = 3 // an operation that cannot run (unknown type, bad item): fails the transaction
+)
+
+// TxOp is one operation of a transaction.
+type TxOp struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Kind     uint8
+	Items    []PushItem // OpPush
+	Ack      AckItem    // OpAck
+	Group    string     // OpAck
+	Name     string     // OpInvalid: the type the client sent
+}
+
+// Transaction applies pushes and acks atomically: all or none.
+type Transaction struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Ops      []TxOp
+}
+
+// DeleteQueue removes a queue and everything in it.
+type DeleteQueue struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Queue    string
+}
+
+// RegisterNode records a member's addresses in the replicated node registry.
+type RegisterNode struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	ID       string
+	RaftAddr string
+	HTTPAddr string
+}
+
+// RemoveNode drops a member from the node registry.
+type RemoveNode struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	ID       string
+}
+
+func (*Configure) Type() Type    { return TypeConfigure }
+func (*Push) Type() Type         { return TypePush }
+func (*Lease) Type() Type        { return TypeLease }
+func (*Ack) Type() Type          { return TypeAck }
+func (*Extend) Type() Type       { return TypeExtend }
+func (*Transaction) Type() Type  { return TypeTransaction }
+func (*DeleteQueue) Type() Type  { return TypeDeleteQueue }
+func (*RegisterNode) Type() Type { return TypeRegisterNode }
+func (*RemoveNode) Type() Type   { return TypeRemoveNode }
+
+// SizeHint estimates a command's encoded size, so the proposer can bound an
+// entry without encoding twice.
+func SizeHint(c Command) int {
+	items := func(its []PushItem) int {
+		n := 0
+		for i := range its {
+			n += 48 + len(its[i].Queue) + len(its[i].Partition) + len(its[i].TxID) + len(its[i].Payload)
+		}
+		return n
+	}
+	switch c := c.(type) {
+	case *Push:
+		return 8 + items(c.Items)
+	case *Ack:
+		return 8 + len(c.Items)*(64+len(c.Group))
+	case *Transaction:
+		n := 8
+		for i := range c.Ops {
+			n += 64 + items(c.Ops[i].Items)
+		}
+		return n
+	}
+	return 128
+}

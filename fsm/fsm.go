@@ -1,0 +1,400 @@
+// Package fsm is Crown's deterministic state machine: the table of command
+// types, their apply functions, ApplyBatch over one bbolt transaction,
+// snapshots and restore, and read views for the HTTP layer. It reads no
+// clock, no randomness and no environment; see DESIGN.md.
+package fsm
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/crownmq/crown/segments"
+)
+
+// Config configures a state machine.
+type Config struct {
+	// Dir holds the state database (fsm.db) and its marker file.
+	Dir string
+	// NodeID is this node's Raft id: entries it proposed get full results.
+	NodeID string
+	Logger *slog.Logger
+	// Sync fsyncs the state database on every commit. Off by default: the
+	// Raft log is fsynced and is the durable record (DESIGN.md, "Durability").
+	Sync bool
+	// BootID identifies the running kernel boot; see DESIGN.md. Empty
+	// disables the crash check (the file is then always trusted).
+	BootID string
+}
+
+// FSM implements raft.FSM and raft.BatchingFSM.
+//
+// Lock order: mu, then bbolt's own locks (taken inside a transaction), then
+// obsMu. Apply runs on Raft's single FSM goroutine, so writes never race each
+// other; mu only keeps readers off the store while Restore swaps the file.
+type FSM struct {
+	cfg Config
+	log *slog.Logger
+
+	mu    sync.RWMutex
+	store *segments.Store
+
+	applied atomic.Uint64
+
+	obsMu     sync.Mutex
+	observers []func(*Events)
+}
+
+const (
+	dbFile     = "fsm.db"
+	markerFile = "fsm.state"
+)
+
+// marker records whether the state database was closed cleanly and under
+// which boot it was last opened without fsync.
+type marker struct {
+	BootID string `json:"boot_id"`
+	Clean  bool   `json:"clean"`
+}
+
+// Open opens (or creates) the state machine in cfg.Dir.
+func Open(cfg Config) (*FSM, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create state directory: %w", err)
+	}
+	f := &FSM{cfg: cfg, log: cfg.Logger.With("component", "fsm")}
+	if err := f.checkCrash(); err != nil {
+		return nil, err
+	}
+	st, err := segments.Open(f.dbPath(), segments.StoreOptions{NoSync: !cfg.Sync, MmapSize: 1 << 30})
+	if err != nil {
+		return nil, err
+	}
+	f.store = st
+	if err := f.writeMarker(false); err != nil {
+		st.Close()
+		return nil, err
+	}
+	if err := st.View(func(tx *segments.Tx) error {
+		f.applied.Store(tx.Applied())
+		return nil
+	}); err != nil {
+		st.Close()
+		return nil, err
+	}
+	f.log.Info("state machine open", "applied_index", f.applied.Load(), "sync", cfg.Sync)
+	return f, nil
+}
+
+func (f *FSM) dbPath() string { return filepath.Join(f.cfg.Dir, dbFile) }
+
+// checkCrash discards a state database that may be torn: one written without
+// fsync whose last session ended in a machine crash (the boot id changed and
+// no clean close was recorded). Raft rebuilds it from the latest snapshot and
+// the log. A process crash (SIGKILL) leaves the page cache intact, so the
+// file is kept and Raft replays from its recorded applied index.
+func (f *FSM) checkCrash() error {
+	if f.cfg.Sync || f.cfg.BootID == "" {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(f.cfg.Dir, markerFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read state marker: %w", err)
+	}
+	var m marker
+	if err := json.Unmarshal(b, &m); err != nil {
+		f.log.Warn("state marker unreadable; discarding state database", "error", err)
+		return f.discard()
+	}
+	if !m.Clean && m.BootID != f.cfg.BootID {
+		f.log.Warn("machine restarted while the state database was open without fsync; discarding it to rebuild from snapshot and log",
+			"previous_boot", m.BootID, "boot", f.cfg.BootID)
+		return f.discard()
+	}
+	return nil
+}
+
+func (f *FSM) discard() error {
+	if err := os.Remove(f.dbPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("discard state database: %w", err)
+	}
+	return nil
+}
+
+func (f *FSM) writeMarker(clean bool) error {
+	b, _ := json.Marshal(marker{BootID: f.cfg.BootID, Clean: clean})
+	p := filepath.Join(f.cfg.Dir, markerFile)
+	if err := writeFileSync(p+".tmp", b); err != nil {
+		return fmt.Errorf("write state marker: %w", err)
+	}
+	if err := os.Rename(p+".tmp", p); err != nil {
+		return fmt.Errorf("write state marker: %w", err)
+	}
+	return syncDir(f.cfg.Dir)
+}
+
+// Close syncs and closes the state database and records a clean close.
+func (f *FSM) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.store == nil {
+		return nil
+	}
+	err := f.store.Close()
+	f.store = nil
+	if err != nil {
+		return err
+	}
+	return f.writeMarker(true)
+}
+
+// AppliedIndex is the last Raft index whose effects the state holds.
+func (f *FSM) AppliedIndex() uint64 { return f.applied.Load() }
+
+// Subscribe registers fn to be called after every committed batch, on the
+// apply goroutine: it must not block.
+func (f *FSM) Subscribe(fn func(*Events)) {
+	f.obsMu.Lock()
+	f.observers = append(f.observers, fn)
+	f.obsMu.Unlock()
+}
+
+func (f *FSM) notify(e *Events) {
+	f.obsMu.Lock()
+	obs := f.observers
+	f.obsMu.Unlock()
+	for _, fn := range obs {
+		fn(e)
+	}
+}
+
+// EntryResult is what Apply returns for one log entry: one result per command.
+type EntryResult struct {
+	Index   uint64
+	Results []any
+}
+
+// Apply applies one log entry.
+func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
+
+// ApplyBatch applies committed entries in one bbolt transaction, recording
+// the last applied index in the same transaction. Entries at or below the
+// stored index were applied before a restart and are skipped.
+func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
+	results := make([]any, len(logs))
+	events := &Events{}
+	f.mu.RLock()
+	err := f.store.Update(func(tx *segments.Tx) error {
+		applied := tx.Applied()
+		first := applied
+		now := tx.Now()
+		counters := loadCounters(tx)
+		for i, l := range logs {
+			if l.Index <= applied {
+				continue
+			}
+			if l.Type == raft.LogCommand {
+				results[i] = f.applyEntry(tx, l, &now, events, &counters)
+			}
+			applied = l.Index
+		}
+		if applied == first {
+			return errNothing
+		}
+		must(tx.SetNow(now))
+		must(counters.store(tx))
+		return tx.SetApplied(applied)
+	})
+	f.mu.RUnlock()
+	if errors.Is(err, errNothing) {
+		return results
+	}
+	if err != nil {
+		panic(fmt.Errorf("fsm: commit of entries %d..%d failed, state machine stopped: %w",
+			logs[0].Index, logs[len(logs)-1].Index, err))
+	}
+	last := logs[len(logs)-1].Index
+	f.applied.Store(last)
+	events.Index = last
+	f.notify(events)
+	return results
+}
+
+var errNothing = errors.New("nothing to apply")
+
+func (f *FSM) applyEntry(tx *segments.Tx, l *raft.Log, now *int64, events *Events, counters *Counters) any {
+	e, err := DecodeEntry(l.Data)
+	if errors.Is(err, ErrUnknownType) {
+		panic(fmt.Errorf("fsm: entry %d: %w: upgrade this node before it applies the log", l.Index, err))
+	}
+	if err != nil {
+		// Every node fails the same bytes the same way; nothing changes.
+		f.log.Error("malformed log entry ignored", "index", l.Index, "error", err)
+		return &ErrorResult{Err: err.Error()}
+	}
+	if e.Stamp > *now {
+		*now = e.Stamp
+	}
+	a := &applier{tx: tx, now: *now, index: l.Index, full: e.Origin == f.cfg.NodeID, events: events}
+	out := &EntryResult{Index: l.Index, Results: make([]any, len(e.Commands))}
+	for j, c := range e.Commands {
+		if err := c.Validate(); err != nil {
+			out.Results[j] = &ErrorResult{Err: err.Error()}
+			continue
+		}
+		r := registry[c.Type()].apply(a, c)
+		counters.count(c, r)
+		out.Results[j] = r
+	}
+	return out
+}
+
+// View runs fn on a consistent read-only view of the state.
+func (f *FSM) View(fn func(tx *segments.Tx) error) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.store == nil {
+		return errors.New("state machine closed")
+	}
+	return f.store.View(fn)
+}
+
+// Digest hashes the state's logical content (see segments.Store.Digest).
+func (f *FSM) Digest() (applied uint64, digest string, err error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.store == nil {
+		return 0, "", errors.New("state machine closed")
+	}
+	return f.store.Digest()
+}
+
+// Snapshot captures a consistent read view; Persist streams it while
+// applies continue.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	rs, err := f.store.BeginSnapshot()
+	if err != nil {
+		return nil, err
+	}
+	return &snapshot{rs: rs, log: f.log}, nil
+}
+
+type snapshot struct {
+	rs  *segments.ReadSnapshot
+	log *slog.Logger
+}
+
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	n, err := s.rs.WriteTo(sink)
+	if err != nil {
+		sink.Cancel()
+		return fmt.Errorf("stream snapshot: %w", err)
+	}
+	if err := sink.Close(); err != nil {
+		return fmt.Errorf("close snapshot sink: %w", err)
+	}
+	s.log.Info("snapshot persisted", "id", sink.ID(), "bytes", n)
+	return nil
+}
+
+func (s *snapshot) Release() { s.rs.Close() }
+
+// Restore replaces the whole state with a snapshot stream: it is written to
+// a side file, fsynced and verified, then swapped in atomically by rename.
+// On any failure the current state stays.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	tmp := f.dbPath() + ".restore"
+	if err := writeStreamSync(tmp, rc); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("receive snapshot: %w", err)
+	}
+	if err := segments.Verify(tmp); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("verify snapshot: %w", err)
+	}
+	applied, err := f.swapIn(tmp)
+	if err != nil {
+		return err
+	}
+	f.log.Info("state restored from snapshot", "applied_index", applied)
+	f.notify(&Events{Index: applied, All: true, Nodes: true})
+	return nil
+}
+
+func (f *FSM) swapIn(tmp string) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.store != nil {
+		if err := f.store.Close(); err != nil {
+			return 0, fmt.Errorf("close state for restore: %w", err)
+		}
+		f.store = nil
+	}
+	if err := os.Rename(tmp, f.dbPath()); err != nil {
+		return 0, fmt.Errorf("swap in snapshot: %w", err)
+	}
+	if err := syncDir(f.cfg.Dir); err != nil {
+		return 0, err
+	}
+	st, err := segments.Open(f.dbPath(), segments.StoreOptions{NoSync: !f.cfg.Sync, MmapSize: 1 << 30})
+	if err != nil {
+		return 0, fmt.Errorf("reopen restored state: %w", err)
+	}
+	f.store = st
+	var applied uint64
+	if err := st.View(func(tx *segments.Tx) error { applied = tx.Applied(); return nil }); err != nil {
+		return 0, err
+	}
+	f.applied.Store(applied)
+	return applied, nil
+}
+
+func writeStreamSync(path string, r io.Reader) error {
+	out, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, r); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+func writeFileSync(path string, b []byte) error {
+	return writeStreamSync(path, strings.NewReader(string(b)))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open %s for sync: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,338 @@
+package fsm
+
+import (
+	"bytes"
+
+	"github.com/crownmq/crown/segments"
+)
+
+// applyLease is a pop (queen-api.md 4.5): claim partitions that have
+// deliverable messages for the group and are not leased by it, and lease (or
+// with AutoAck consume) up to Batch messages across at most MaxPartitions of
+// them. A partition with nothing deliverable is not claimed.
+func applyLease(a *applier, c *Lease) any {
+	res := &LeaseResult{Group: c.Group}
+	a.recordFirstContact(c)
+
+	queues := candidateQueues(a.tx, c)
+	p := popState{c: c, res: res, remaining: max(c.Batch, 1), maxParts: max(c.MaxPartitions, 1)}
+	if c.Scope == ScopeSpecific {
+		p.maxParts = 1
+	}
+	for _, q := range queues {
+		if p.done() {
+			break
+		}
+		a.popQueue(&p, q)
+	}
+	return res
+}
+
+// candidateQueues are the queues a pop's scope covers, in name order.
+func candidateQueues(tx *segments.Tx, c *Lease) []*segments.Queue {
+	var queues []*segments.Queue
+	if c.Scope == ScopeDiscovery {
+		must(tx.ForEachQueue(func(q *segments.Queue) (bool, error) {
+			if (c.Namespace == "" || q.Namespace == c.Namespace) && (c.Task == "" || q.Task == c.Task) {
+				queues = append(queues, q)
+			}
+			return true, nil
+		}))
+	} else if q := must1(tx.Queue(c.Queue)); q != nil {
+		queues = append(queues, q)
+	}
+	return queues
+}
+
+type popState struct {
+	c         *Lease
+	res       *LeaseResult
+	remaining uint32
+	maxParts  uint32
+	claimed   uint32
+}
+
+func (p *popState) done() bool { return p.remaining == 0 || p.claimed >= p.maxParts }
+
+func (a *applier) popQueue(p *popState, q *segments.Queue) {
+	c := p.c
+	if c.Scope == ScopeSpecific {
+		if part := must1(a.tx.Partition(q.ID, c.Partition)); part != nil {
+			if a.tryClaim(p, q, part) {
+				a.touchQueueGroup(q.ID, c.Group, nil)
+			}
+		}
+		return
+	}
+	// Round robin: resume after the partition this group was last served
+	// from, then wrap around, so that busy partitions cannot starve quiet ones.
+	qg := must1(a.tx.QueueGroup(q.ID, c.Group))
+	from := ""
+	if qg != nil {
+		from = qg.RRFrom
+	}
+	var lastClaimed string
+	claimedAny := false
+	visit := func(part *segments.Partition) (bool, error) {
+		if a.tryClaim(p, q, part) {
+			lastClaimed, claimedAny = part.Name, true
+		}
+		return !p.done(), nil
+	}
+	must(a.tx.ForEachPartition(q.ID, from, visit))
+	if !p.done() && from != "" {
+		must(a.tx.ForEachPartition(q.ID, "", func(part *segments.Partition) (bool, error) {
+			if part.Name >= from {
+				return false, nil
+			}
+			return visit(part)
+		}))
+	}
+	if claimedAny {
+		// The smallest name after lastClaimed.
+		next := lastClaimed + "\x00"
+		a.touchQueueGroup(q.ID, c.Group, &next)
+	}
+}
+
+// touchQueueGroup records that the group has state on the queue and, when
+// rrFrom is given, where its next wildcard scan starts.
+func (a *applier) touchQueueGroup(qid uint64, group string, rrFrom *string) {
+	qg := must1(a.tx.QueueGroup(qid, group))
+	if qg == nil {
+		qg = &segments.QueueGroup{CreatedAt: a.now}
+	} else if rrFrom == nil {
+		return
+	}
+	if rrFrom != nil {
+		qg.RRFrom = *rrFrom
+	}
+	must(a.tx.PutQueueGroup(qid, group, qg))
+}
+
+// eligibility is what a pop needs to know about one partition for a group:
+// where the group would start, whether something is deliverable now, and if
+// not, the earliest time something may become deliverable without a new
+// push (a lease expiring, a window or delay passing). It only reads.
+type eligibility struct {
+	g       *segments.Group // nil when the group has no state here
+	start   uint64
+	visible int64 // messages created at or before this time are visible
+	ok      bool  // worth scanning: not leased, not held, something after start
+	wakeAt  int64 // when not ok: unix µs at which to look again, 0 if only a push helps
+}
+
+func checkPartition(tx *segments.Tx, q *segments.Queue, part *segments.Partition, c *Lease, now int64) eligibility {
+	e := eligibility{g: must1(tx.Group(part.ID, c.Group))}
+	if e.g != nil {
+		e.start = e.g.Next
+	} else {
+		e.start = initialPosition(tx, q, part, c.Group)
+	}
+	if e.start < part.FirstOffset {
+		e.start = part.FirstOffset
+	}
+	if part.Messages == 0 || e.start >= part.NextOffset {
+		return e
+	}
+	if e.g != nil && e.g.LeaseLive(now) {
+		e.wakeAt = e.g.LeaseExpiry
+		return e
+	}
+	if until := windowHeldUntil(part, q.Options.WindowBuffer, now, c); until > 0 {
+		e.wakeAt = until
+		return e
+	}
+	e.visible = now - q.Options.DelayedProcessing*1e6
+	e.ok = true
+	return e
+}
+
+// tryClaim leases (or consumes) the deliverable head of one partition for
+// the pop's group. It reports whether the partition was claimed.
+func (a *applier) tryClaim(p *popState, q *segments.Queue, part *segments.Partition) bool {
+	c := p.c
+	e := checkPartition(a.tx, q, part, c, a.now)
+	if !e.ok {
+		return false
+	}
+	g, start := e.g, e.start
+	retry := uint64(0)
+	if g != nil {
+		retry = g.Retry
+	}
+	var (
+		n    uint32
+		last uint64
+		msgs []DeliveredMessage
+	)
+	must(a.tx.Scan(part.ID, start, func(sm *segments.StoredMessage) (bool, error) {
+		if sm.CreatedAt > e.visible {
+			// Commit times are monotone in a partition: the delayed rest is a
+			// contiguous tail.
+			return false, nil
+		}
+		n++
+		last = sm.Offset
+		if a.full {
+			msgs = append(msgs, DeliveredMessage{
+				ID: sm.ID, TxID: sm.TxID, TraceID: sm.TraceID, HasTrace: sm.HasTrace,
+				ProducerSub: sm.ProducerSub, Payload: bytes.Clone(sm.Payload),
+				Encrypted: sm.Encrypted, CreatedAt: sm.CreatedAt, RetryCount: retry,
+			})
+		}
+		return n < p.remaining, nil
+	}))
+	if n == 0 {
+		return false
+	}
+
+	if g == nil {
+		g = &segments.Group{Next: start}
+	} else if g.HasLease() {
+		must(a.tx.UnindexLease(g.LeaseID, part.ID, c.Group))
+		g.ClearLease()
+	}
+	if g.Next < start {
+		g.Next = start
+	}
+	if c.AutoAck {
+		g.Consumed += last + 1 - g.Next
+		g.Next = last + 1
+		g.Batches++
+		g.LastConsumedAt = a.now
+		g.Retry = 0
+	} else {
+		if p.res.LeaseID == ([16]byte{}) {
+			p.res.LeaseID = a.newID()
+		}
+		g.LeaseID = p.res.LeaseID
+		g.LeaseExpiry = a.now + leaseSeconds(c.LeaseSeconds, q.Options.LeaseTime)*1e6
+		g.LeaseLast = last
+		g.LeaseDelivered = uint64(n)
+		must(a.tx.IndexLease(g.LeaseID, part.ID, c.Group))
+	}
+	must(a.tx.PutGroup(part.ID, c.Group, g))
+
+	p.res.Partitions = append(p.res.Partitions, LeasedPartition{
+		Queue: q.Name, Partition: part.Name, PartitionID: part.UUID, Delivered: n, Messages: msgs,
+	})
+	p.remaining -= n
+	p.claimed++
+	return true
+}
+
+// leaseSeconds resolves a pop's lease length: the request's when positive,
+// else the queue's, else the fallback.
+func leaseSeconds(request, queue int64) int64 {
+	switch {
+	case request > 0:
+		return request
+	case queue > 0:
+		return queue
+	default:
+		return FallbackLeaseSeconds
+	}
+}
+
+// windowHeldUntil reports until when windowBuffer holds the partition (0
+// when it does not hold it at now). With the hot-list rule a burst is held
+// until its first push plus the window, or until WindowBatch messages have
+// accumulated; with the SQL rule a partition written within the window
+// delivers nothing.
+func windowHeldUntil(p *segments.Partition, windowSeconds, now int64, c *Lease) int64 {
+	if windowSeconds <= 0 {
+		return 0
+	}
+	w := windowSeconds * 1e6
+	if c.SQLWindow {
+		if p.Messages > 0 && now < p.LastCreatedAt+w {
+			return p.LastCreatedAt + w
+		}
+		return 0
+	}
+	if p.WindowMark == 0 || now >= p.WindowMark+w {
+		return 0
+	}
+	if c.WindowBatch != 0 && p.WindowCount >= c.WindowBatch {
+		return 0
+	}
+	return p.WindowMark + w
+}
+
+// firstContactKey is the subscription record a pop would store on first
+// contact, or nil when the pop stores none (queue mode, mode "all").
+func firstContactKey(c *Lease) []byte {
+	if c.Group == QueueMode || c.SubMode == SubAll {
+		return nil
+	}
+	switch c.Scope {
+	case ScopeSpecific:
+		return segments.SubKey(c.Group, segments.SubPartition, c.Queue, c.Partition)
+	case ScopeDiscovery:
+		return segments.SubKey(c.Group, segments.SubDiscovery, c.Namespace, c.Task)
+	default:
+		return segments.SubKey(c.Group, segments.SubQueue, c.Queue, "")
+	}
+}
+
+// recordFirstContact stores a named group's subscription start at its first
+// pop on a scope, even when the pop delivers nothing (queen-api.md 4.7).
+func (a *applier) recordFirstContact(c *Lease) {
+	key := firstContactKey(c)
+	if key == nil || must1(a.tx.Subscription(key)) != nil {
+		return
+	}
+	s := &segments.Subscription{Mode: "new", Start: a.now, CreatedAt: a.now}
+	if c.SubMode == SubTimestamp {
+		s.Mode, s.Start = "timestamp", c.SubFrom
+	}
+	must(a.tx.PutSubscription(key, s))
+}
+
+// initialPosition is where a group without state on a partition starts:
+// queue mode and groups without a subscription at the oldest stored message;
+// others just before their subscription start, the most specific record
+// winning (partition, then queue, then discovery tags).
+func initialPosition(tx *segments.Tx, q *segments.Queue, p *segments.Partition, group string) uint64 {
+	if group == QueueMode {
+		return p.FirstOffset
+	}
+	s := subscriptionFor(tx, q, p.Name, group)
+	if s == nil {
+		return p.FirstOffset
+	}
+	return firstAtOrAfter(tx, p, s.Start)
+}
+
+func subscriptionFor(tx *segments.Tx, q *segments.Queue, partition, group string) *segments.Subscription {
+	keys := [][]byte{
+		segments.SubKey(group, segments.SubPartition, q.Name, partition),
+		segments.SubKey(group, segments.SubQueue, q.Name, ""),
+		segments.SubKey(group, segments.SubDiscovery, q.Namespace, q.Task),
+		segments.SubKey(group, segments.SubDiscovery, q.Namespace, ""),
+		segments.SubKey(group, segments.SubDiscovery, "", q.Task),
+	}
+	for _, k := range keys {
+		if s := must1(tx.Subscription(k)); s != nil {
+			return s
+		}
+	}
+	return nil
+}
+
+// firstAtOrAfter is the first offset whose commit time is >= t.
+func firstAtOrAfter(tx *segments.Tx, p *segments.Partition, t int64) uint64 {
+	if p.Messages == 0 || p.LastCreatedAt < t {
+		return p.NextOffset
+	}
+	pos := p.FirstOffset
+	must(tx.SegmentsReverse(p.ID, func(si segments.SegmentInfo) (bool, error) {
+		if si.CreatedAt < t {
+			pos = si.First + si.Count
+			return false, nil
+		}
+		return true, nil
+	}))
+	return pos
+}

@@ -1,0 +1,87 @@
+package fsm
+
+import (
+	"fmt"
+
+	"github.com/crownmq/crown/segments"
+)
+
+// commandSpec is one row of the command table: how to make an empty command
+// for decoding and how to apply it.
+type commandSpec struct {
+	name   string
+	newCmd func() Command
+	apply  func(*applier, Command) any
+}
+
+// registry is the table of command types, indexed by Type. It is written
+// once here and never modified.
+var registry = [...]commandSpec{
+	TypeConfigure:    spec("configure", applyConfigure),
+	TypePush:         spec("push", applyPush),
+	TypeLease:        spec("lease", applyLease),
+	TypeAck:          spec("ack", applyAck),
+	TypeExtend:       spec("extend", applyExtend),
+	TypeTransaction:  spec("transaction", applyTransaction),
+	TypeDeleteQueue:  spec("delete_queue", applyDeleteQueue),
+	TypeRegisterNode: spec("register_node", applyRegisterNode),
+	TypeRemoveNode:   spec("remove_node", applyRemoveNode),
+}
+
+func spec[C any, PC interface {
+	*C
+	Command
+}](name string, apply func(*applier, PC) any) commandSpec {
+	return commandSpec{
+		name:   name,
+		newCmd: func() Command { return PC(new(C)) },
+		apply:  func(a *applier, c Command) any { return apply(a, c.(PC)) },
+	}
+}
+
+func lookup(t Type) (commandSpec, bool) {
+	if int(t) >= len(registry) || registry[t].apply == nil {
+		return commandSpec{}, false
+	}
+	return registry[t], true
+}
+
+// TypeName names a command type for logs and metrics.
+func TypeName(t Type) string {
+	if s, ok := lookup(t); ok {
+		return s.name
+	}
+	return fmt.Sprintf("unknown(%d)", t)
+}
+
+// applier carries what one command's apply needs: the transaction, the
+// entry's time, and where to report side effects. It holds no clock.
+type applier struct {
+	tx    *segments.Tx
+	now   int64  // entry time, made monotonic: unix µs
+	index uint64 // Raft index of the entry
+	// full is true on the node that proposed the entry: only there is a
+	// result read, so only there are payloads copied into it.
+	full   bool
+	events *Events
+}
+
+// must stops the state machine on a storage failure. A half-applied command
+// cannot be reported or skipped without diverging from the other nodes, so
+// the process dies and replays from its last commit on restart.
+func must(err error) {
+	if err != nil {
+		panic(fmt.Errorf("fsm: apply failed, state machine stopped: %w", err))
+	}
+}
+
+func must1[T any](v T, err error) T {
+	must(err)
+	return v
+}
+
+// newID returns a fresh UUIDv7-shaped id from the state's sequence.
+func (a *applier) newID() [16]byte {
+	seq := must1(a.tx.ReserveIDs(1))
+	return segments.MessageID(a.now, seq)
+}

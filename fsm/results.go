@@ -1,0 +1,142 @@
+package fsm
+
+import "github.com/crownmq/crown/segments"
+
+// Results are returned by Apply to the node that proposed the command (they
+// are never stored). Times are unix microseconds; ids are raw UUID bytes.
+
+// ConfigureResult answers a Configure.
+type ConfigureResult struct {
+	Queue segments.Queue
+}
+
+// Push item outcomes.
+const (
+	PushQueued    uint8 = 1
+	PushDuplicate uint8 = 2
+)
+
+// PushItemResult is the outcome of one push item.
+type PushItemResult struct {
+	Status      uint8
+	MessageID   [16]byte
+	PartitionID [16]byte
+}
+
+// PushResult answers a Push, one item per input item, in input order.
+type PushResult struct {
+	Items []PushItemResult
+}
+
+// DeliveredMessage is one message handed out by a pop.
+type DeliveredMessage struct {
+	ID          [16]byte
+	TxID        string
+	TraceID     [16]byte
+	HasTrace    bool
+	ProducerSub string
+	Payload     []byte
+	Encrypted   bool
+	CreatedAt   int64
+	RetryCount  uint64
+}
+
+// LeasedPartition is what one claimed partition contributed to a pop.
+type LeasedPartition struct {
+	Queue       string
+	Partition   string
+	PartitionID [16]byte
+	// Delivered counts the messages claimed; Messages holds them only on the
+	// node that proposed the pop.
+	Delivered uint32
+	Messages  []DeliveredMessage
+}
+
+// LeaseResult answers a pop. LeaseID is zero with AutoAck or when nothing
+// was claimed.
+type LeaseResult struct {
+	LeaseID    [16]byte
+	Group      string
+	Partitions []LeasedPartition
+}
+
+// Count is the number of messages delivered.
+func (r *LeaseResult) Count() int {
+	n := 0
+	for i := range r.Partitions {
+		n += int(r.Partitions[i].Delivered)
+	}
+	return n
+}
+
+// Ack errors reported per item.
+const (
+	ErrUnresolvable = "unresolvable"
+	ErrInvalidLease = "Invalid or expired lease"
+)
+
+// AckItemResult is the outcome of one ack item. Error is "" on success.
+type AckItemResult struct {
+	Success       bool
+	Error         string
+	Queue         string
+	Partition     string
+	Resolved      bool // Queue and Partition are meaningful
+	LeaseReleased bool
+	DLQ           bool
+	Dropped       bool
+}
+
+// AckResult answers an Ack, one item per input item, in input order.
+type AckResult struct {
+	Items []AckItemResult
+}
+
+// Extend errors.
+const (
+	ErrLeaseNotFound = "Lease not found"
+	ErrLeaseExpired  = "Lease already expired"
+)
+
+// ExtendResult answers an Extend.
+type ExtendResult struct {
+	Success   bool
+	Error     string
+	ExpiresAt int64
+}
+
+// TxOpResult is the outcome of one transaction operation (one per push item).
+type TxOpResult struct {
+	Kind        uint8
+	Success     bool
+	Error       string
+	TxID        string
+	DLQ         bool
+	Status      uint8 // push: PushQueued or PushDuplicate
+	MessageID   [16]byte
+	PartitionID [16]byte
+	Queue       string
+}
+
+// TransactionResult answers a Transaction. On failure nothing was applied and
+// Results runs up to and including the failing operation.
+type TransactionResult struct {
+	Success bool
+	Error   string
+	Results []TxOpResult
+}
+
+// DeleteQueueResult answers a DeleteQueue.
+type DeleteQueueResult struct {
+	Existed bool
+}
+
+// Ack reports applied.
+type OK struct{}
+
+// ErrorResult is returned for a command that could not be decoded. It is
+// deterministic (every node fails the same bytes the same way) and changes
+// nothing.
+type ErrorResult struct {
+	Err string
+}

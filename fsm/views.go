@@ -1,0 +1,358 @@
+package fsm
+
+import (
+	"sort"
+
+	"github.com/crownmq/crown/segments"
+)
+
+// Read views for the HTTP layer. They read the local state (whatever this
+// node has applied) and never write.
+
+// Aliases so that readers need not import the storage package.
+type (
+	Options    = segments.Options
+	QueueInfo  = segments.Queue
+	NodeInfo   = segments.Node
+	DeadLetter = segments.DeadLetter
+)
+
+// PopCheck tells a pop handler whether proposing a pop is worthwhile.
+type PopCheck struct {
+	// Deliverable counts messages a pop could take now, up to its batch.
+	Deliverable uint32
+	// NeedsRecord is set when the pop is a named group's first contact
+	// with a subscription to record, which a pop must store even when it
+	// delivers nothing.
+	NeedsRecord bool
+	// WakeAt is the earliest unix µs at which something may become
+	// deliverable without a new push (lease expiry, delay, window); 0 if none.
+	WakeAt int64
+	// MinPopWait is the largest minPopWaitTime (ms) of the queues in scope.
+	MinPopWait int64
+}
+
+// CheckPop evaluates a pop against the local state at now without changing it.
+func (f *FSM) CheckPop(c *Lease, now int64) (PopCheck, error) {
+	var pc PopCheck
+	err := f.View(func(tx *segments.Tx) (err error) {
+		defer recoverStorage(&err)
+		if key := firstContactKey(c); key != nil && must1(tx.Subscription(key)) == nil {
+			pc.NeedsRecord = true
+		}
+		batch := max(c.Batch, 1)
+		wake := func(t int64) {
+			if t > 0 && (pc.WakeAt == 0 || t < pc.WakeAt) {
+				pc.WakeAt = t
+			}
+		}
+		visit := func(q *segments.Queue, part *segments.Partition) bool {
+			e := checkPartition(tx, q, part, c, now)
+			if !e.ok {
+				wake(e.wakeAt)
+				return true
+			}
+			must(tx.Scan(part.ID, e.start, func(sm *segments.StoredMessage) (bool, error) {
+				if sm.CreatedAt > e.visible {
+					wake(sm.CreatedAt + q.Options.DelayedProcessing*1e6)
+					return false, nil
+				}
+				pc.Deliverable++
+				return pc.Deliverable < batch, nil
+			}))
+			return pc.Deliverable < batch
+		}
+		forEachCandidate(tx, c, func(q *segments.Queue) { pc.MinPopWait = max(pc.MinPopWait, q.Options.MinPopWaitTime) }, visit)
+		return nil
+	})
+	return pc, err
+}
+
+// forEachCandidate walks the queues and partitions a pop's scope covers
+// until part returns false.
+func forEachCandidate(tx *segments.Tx, c *Lease, queue func(*segments.Queue), part func(*segments.Queue, *segments.Partition) bool) {
+	for _, q := range candidateQueues(tx, c) {
+		queue(q)
+		if c.Scope == ScopeSpecific {
+			if p := must1(tx.Partition(q.ID, c.Partition)); p != nil && !part(q, p) {
+				return
+			}
+			continue
+		}
+		more := true
+		must(tx.ForEachPartition(q.ID, "", func(p *segments.Partition) (bool, error) {
+			more = part(q, p)
+			return more, nil
+		}))
+		if !more {
+			return
+		}
+	}
+}
+
+// recoverStorage turns a storage panic raised by must inside a read view
+// into an error: a read must not take the node down.
+func recoverStorage(err *error) {
+	if r := recover(); r != nil {
+		if e, ok := r.(error); ok {
+			*err = e
+			return
+		}
+		panic(r)
+	}
+}
+
+// QueueEncryption reports, for each named queue that exists, whether
+// encryptionEnabled is set.
+func (f *FSM) QueueEncryption(names []string) (map[string]bool, error) {
+	out := make(map[string]bool, len(names))
+	err := f.View(func(tx *segments.Tx) (err error) {
+		defer recoverStorage(&err)
+		for _, n := range names {
+			if q := must1(tx.Queue(n)); q != nil {
+				out[n] = q.Options.EncryptionEnabled
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Queue returns a queue's record, or nil.
+func (f *FSM) Queue(name string) (*QueueInfo, error) {
+	var q *segments.Queue
+	err := f.View(func(tx *segments.Tx) (err error) {
+		q, err = tx.Queue(name)
+		return err
+	})
+	return q, err
+}
+
+// MessageStats counts a partition's or queue's messages from the point of
+// view of its consumers.
+type MessageStats struct {
+	Total      uint64
+	Pending    uint64
+	Processing uint64
+	Completed  uint64
+	DeadLetter uint64
+}
+
+func (s *MessageStats) add(o MessageStats) {
+	s.Total += o.Total
+	s.Pending += o.Pending
+	s.Processing += o.Processing
+	s.Completed += o.Completed
+	s.DeadLetter += o.DeadLetter
+}
+
+// PartitionView describes one partition.
+type PartitionView struct {
+	ID            [16]byte
+	Name          string
+	CreatedAt     int64
+	Stats         MessageStats
+	Oldest        int64 // commit time of the oldest stored message, 0 if none
+	Newest        int64 // commit time of the newest message ever pushed, 0 if none
+	Consumed      uint64
+	Batches       uint64
+	LastConsumed  int64
+	GroupsWithPos int
+}
+
+// QueueView describes a queue and, on request, its partitions.
+type QueueView struct {
+	Queue          QueueInfo
+	PartitionCount int
+	Stats          MessageStats
+	Partitions     []PartitionView
+}
+
+// partitionStats computes a partition's counts at now. With a queue-mode
+// cursor, completed and processing follow it; otherwise a message counts as
+// completed once every named group consumed it.
+func partitionStats(tx *segments.Tx, p *segments.Partition, now int64) (MessageStats, PartitionView) {
+	pv := PartitionView{ID: p.UUID, Name: p.Name, CreatedAt: p.CreatedAt}
+	st := MessageStats{Total: p.Messages}
+	if p.Messages > 0 {
+		pv.Newest = p.LastCreatedAt
+		must(tx.Segments(p.ID, func(si segments.SegmentInfo) (bool, error) {
+			pv.Oldest = si.CreatedAt
+			return false, nil
+		}))
+	}
+	consumedBefore := func(next uint64) uint64 {
+		if next <= p.FirstOffset {
+			return 0
+		}
+		return min(next, p.NextOffset) - p.FirstOffset
+	}
+	var qm *segments.Group
+	var slowest uint64
+	named := 0
+	must(tx.ForEachGroup(p.ID, func(name string, g *segments.Group) (bool, error) {
+		pv.GroupsWithPos++
+		if name == QueueMode {
+			qm = g
+		} else {
+			if named == 0 || g.Next < slowest {
+				slowest = g.Next
+			}
+			named++
+		}
+		pv.Consumed += g.Consumed
+		pv.Batches += g.Batches
+		pv.LastConsumed = max(pv.LastConsumed, g.LastConsumedAt)
+		return true, nil
+	}))
+	switch {
+	case qm != nil:
+		st.Completed = min(consumedBefore(qm.Next), st.Total)
+		if qm.LeaseLive(now) && qm.LeaseLast >= qm.Next {
+			st.Processing = min(qm.LeaseLast+1-max(qm.Next, p.FirstOffset), st.Total-st.Completed)
+		}
+	case named > 0:
+		st.Completed = min(consumedBefore(slowest), st.Total)
+	}
+	st.Pending = st.Total - st.Completed - st.Processing
+	return st, pv
+}
+
+// QueueView describes one queue, or returns nil when it does not exist.
+func (f *FSM) QueueView(name string, now int64, withPartitions bool) (*QueueView, error) {
+	var out *QueueView
+	err := f.View(func(tx *segments.Tx) (err error) {
+		defer recoverStorage(&err)
+		q := must1(tx.Queue(name))
+		if q == nil {
+			return nil
+		}
+		out = queueView(tx, q, now, withPartitions)
+		return nil
+	})
+	return out, err
+}
+
+func queueView(tx *segments.Tx, q *segments.Queue, now int64, withPartitions bool) *QueueView {
+	v := &QueueView{Queue: *q}
+	dlq := map[uint64]uint64{}
+	must(tx.ForEachDeadLetter(q.ID, func(d *segments.DeadLetter) (bool, error) {
+		dlq[d.PartitionID]++
+		return true, nil
+	}))
+	must(tx.ForEachPartition(q.ID, "", func(p *segments.Partition) (bool, error) {
+		st, pv := partitionStats(tx, p, now)
+		st.DeadLetter = dlq[p.ID]
+		pv.Stats = st
+		v.Stats.add(st)
+		v.PartitionCount++
+		if withPartitions {
+			v.Partitions = append(v.Partitions, pv)
+		}
+		return true, nil
+	}))
+	return v
+}
+
+// ListQueues lists queues matching the tag filters (empty matches all),
+// newest first, then by name.
+func (f *FSM) ListQueues(namespace, task string, now int64) ([]QueueView, error) {
+	var out []QueueView
+	err := f.View(func(tx *segments.Tx) (err error) {
+		defer recoverStorage(&err)
+		return tx.ForEachQueue(func(q *segments.Queue) (bool, error) {
+			if (namespace == "" || q.Namespace == namespace) && (task == "" || q.Task == task) {
+				out = append(out, *queueView(tx, q, now, false))
+			}
+			return true, nil
+		})
+	})
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Queue.CreatedAt != out[j].Queue.CreatedAt {
+			return out[i].Queue.CreatedAt > out[j].Queue.CreatedAt
+		}
+		return out[i].Queue.Name < out[j].Queue.Name
+	})
+	return out, err
+}
+
+// DLQQuery filters dead letters.
+type DLQQuery struct {
+	Queue     string
+	Group     string // "" for all
+	Partition string // "" for all
+	From, To  int64  // unix µs bounds on the dead-lettering time, 0 = open
+	Limit     int
+	Offset    int
+}
+
+// DeadLetterView is a dead letter with its queue's names.
+type DeadLetterView struct {
+	DeadLetter
+	QueueName string
+	Namespace string
+	Task      string
+	PartUUID  [16]byte
+}
+
+// DeadLetters lists dead letters newest first and counts all that match.
+func (f *FSM) DeadLetters(q DLQQuery) (out []DeadLetterView, total int, err error) {
+	err = f.View(func(tx *segments.Tx) (err error) {
+		defer recoverStorage(&err)
+		var queues []*segments.Queue
+		if q.Queue != "" {
+			if qu := must1(tx.Queue(q.Queue)); qu != nil {
+				queues = append(queues, qu)
+			}
+		} else {
+			must(tx.ForEachQueue(func(qu *segments.Queue) (bool, error) {
+				queues = append(queues, qu)
+				return true, nil
+			}))
+		}
+		uuids := map[uint64][16]byte{}
+		for _, qu := range queues {
+			must(tx.ForEachDeadLetter(qu.ID, func(d *segments.DeadLetter) (bool, error) {
+				if (q.Group != "" && d.Group != q.Group) || (q.Partition != "" && d.PartitionName != q.Partition) ||
+					(q.From != 0 && d.FailedAt < q.From) || (q.To != 0 && d.FailedAt > q.To) {
+					return true, nil
+				}
+				total++
+				if total > q.Offset && len(out) < q.Limit {
+					id, ok := uuids[d.PartitionID]
+					if !ok {
+						if p := must1(tx.PartitionByID(d.PartitionID)); p != nil {
+							id = p.UUID
+						}
+						uuids[d.PartitionID] = id
+					}
+					out = append(out, DeadLetterView{DeadLetter: *d, QueueName: qu.Name,
+						Namespace: qu.Namespace, Task: qu.Task, PartUUID: id})
+				}
+				return true, nil
+			}))
+		}
+		return nil
+	})
+	return out, total, err
+}
+
+// Nodes lists the node registry.
+func (f *FSM) Nodes() ([]NodeInfo, error) {
+	var out []segments.Node
+	err := f.View(func(tx *segments.Tx) (err error) {
+		out, err = tx.Nodes()
+		return err
+	})
+	return out, err
+}
+
+// Counters reads the cluster-wide lifetime counters.
+func (f *FSM) Counters() (Counters, error) {
+	var c Counters
+	err := f.View(func(tx *segments.Tx) error {
+		c = loadCounters(tx)
+		return nil
+	})
+	return c, err
+}

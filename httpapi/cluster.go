@@ -1,0 +1,235 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+	"runtime"
+	"time"
+
+	"github.com/crownmq/crown/fsm"
+	"github.com/crownmq/crown/raftnode"
+)
+
+// raftJSON describes this node's view of the cluster.
+func (s *Server) raftJSON() (map[string]any, bool) {
+	st := s.cluster.Status()
+	leaderHTTP := ""
+	if st.LeaderID != "" {
+		leaderHTTP = s.nodeURL(st.LeaderID)
+	}
+	canServe := st.LeaderID != "" && (st.LeaderID == s.cfg.NodeID || leaderHTTP != "")
+	return map[string]any{
+		"state": st.State, "leader_id": st.LeaderID, "leader_http": leaderHTTP, "term": st.Term,
+		"applied_index": st.AppliedIndex, "commit_index": st.CommitIndex, "last_index": st.LastIndex,
+	}, canServe
+}
+
+// GET /health: 200 when this node can serve requests (a leader is known and
+// reachable through the registry), 503 otherwise, for load balancers.
+func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
+	raft, ok := s.raftJSON()
+	body := map[string]any{
+		"status": "healthy", "database": "connected", "server": "crown", "worker_id": 0,
+		"version": s.cfg.Version, "shared_state": map[string]any{"enabled": false},
+		"queen": map[string]any{"worker_id": 0, "status": "active"}, "node_id": s.cfg.NodeID, "raft": raft,
+	}
+	status := http.StatusOK
+	if !ok {
+		body["status"], body["database"] = "unhealthy", "disconnected"
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, body)
+}
+
+// GET /metrics: Queen's small JSON snapshot.
+func (s *Server) handleMetricsJSON(w http.ResponseWriter, _ *http.Request) {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	c, _ := s.state.Counters()
+	writeJSON(w, http.StatusOK, map[string]any{
+		"uptime":   int64(time.Since(s.started).Seconds()),
+		"requests": map[string]any{"total": c.PushRequests + c.PopRequests + c.AckRequests, "rate": 0},
+		"messages": map[string]any{"total": c.PushMessages, "rate": 0},
+		"database": map[string]any{"poolSize": 0, "idleConnections": 0, "waitingRequests": 0},
+		"memory": map[string]any{"rss": ms.Sys, "heapTotal": ms.HeapSys, "heapUsed": ms.HeapAlloc,
+			"external": 0, "arrayBuffers": 0},
+		"cpu": map[string]any{"user": 0, "system": 0},
+	})
+}
+
+// GET /internal/v1/digest: the state digest at this node's applied index.
+func (s *Server) handleDigest(w http.ResponseWriter, _ *http.Request) {
+	applied, digest, err := s.state.Digest()
+	if err != nil {
+		writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"node_id": s.cfg.NodeID, "applied_index": applied, "digest": digest})
+}
+
+// GET /internal/v1/read-index: leader only; confirms leadership with a
+// quorum and returns the index a linearizable read must wait for.
+func (s *Server) handleReadIndex(w http.ResponseWriter, _ *http.Request) {
+	idx, err := s.cluster.ReadIndex()
+	if err != nil {
+		writeError(w, &apiError{Status: 503, Code: codeNoLeader, Message: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"read_index": idx})
+}
+
+type memberRequest struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	HTTPAddr string `json:"http_addr"`
+}
+
+func (s *Server) parseMember(w http.ResponseWriter, r *http.Request, needRaft bool) ([]byte, *memberRequest, bool) {
+	body, aerr := readBody(r, 1<<20)
+	if aerr != nil {
+		writeError(w, aerr)
+		return nil, nil, false
+	}
+	var m memberRequest
+	if err := jsonUnmarshal(body, &m); err != nil {
+		writeError(w, badRequest(codeInvalidJSON, "", "Invalid JSON: %v", err))
+		return nil, nil, false
+	}
+	if m.ID == "" {
+		writeError(w, badRequest(codeMissingField, "id", "id is required"))
+		return nil, nil, false
+	}
+	if needRaft && m.RaftAddr == "" {
+		writeError(w, badRequest(codeMissingField, "raft_addr", "raft_addr is required"))
+		return nil, nil, false
+	}
+	return body, &m, true
+}
+
+// onLeader runs a leader-only operation here, or forwards the request.
+func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, op func() error) bool {
+	for {
+		if s.cluster.IsLeader() {
+			err := op()
+			if errors.Is(err, raftnode.ErrNotLeader) {
+				continue
+			}
+			if err != nil {
+				writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
+				return false
+			}
+			return true
+		}
+		leader, aerr := s.leaderURL(r.Context())
+		if aerr != nil {
+			writeError(w, aerr)
+			return false
+		}
+		if leader == "" {
+			continue
+		}
+		s.fwd.relay(w, r, body, leader)
+		return false
+	}
+}
+
+// POST /internal/v1/join and POST /api/v1/cluster/members: add a voter and
+// record its addresses in the node registry.
+func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
+	body, m, ok := s.parseMember(w, r, true)
+	if !ok {
+		return
+	}
+	if !s.onLeader(w, r, body, func() error { return s.cluster.AddVoter(m.ID, m.RaftAddr, 10*time.Second) }) {
+		return
+	}
+	if m.HTTPAddr != "" {
+		if _, ok := s.commit(w, r, body, &fsm.RegisterNode{ID: m.ID, RaftAddr: m.RaftAddr, HTTPAddr: m.HTTPAddr}); !ok {
+			return
+		}
+	}
+	s.log.Info("member added", "id", m.ID, "raft_addr", m.RaftAddr, "http_addr", m.HTTPAddr)
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "id": m.ID, "raft_addr": m.RaftAddr, "http_addr": m.HTTPAddr})
+}
+
+func (s *Server) handleClusterAdd(w http.ResponseWriter, r *http.Request) { s.handleJoin(w, r) }
+
+// POST /internal/v1/register: record a member's HTTP address.
+func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
+	body, m, ok := s.parseMember(w, r, false)
+	if !ok {
+		return
+	}
+	if _, ok := s.commit(w, r, body, &fsm.RegisterNode{ID: m.ID, RaftAddr: m.RaftAddr, HTTPAddr: m.HTTPAddr}); !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"success": true})
+}
+
+// DELETE /api/v1/cluster/members/{id}
+func (s *Server) handleClusterRemove(w http.ResponseWriter, r *http.Request) {
+	id := pathVar(r, "id")
+	if !s.onLeader(w, r, nil, func() error { return s.cluster.RemoveServer(id, 10*time.Second) }) {
+		return
+	}
+	if _, ok := s.commit(w, r, nil, &fsm.RemoveNode{ID: id}); !ok {
+		return
+	}
+	s.log.Info("member removed", "id", id)
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "id": id})
+}
+
+// POST /api/v1/cluster/transfer-leadership {"id": optional target}
+func (s *Server) handleClusterTransfer(w http.ResponseWriter, r *http.Request) {
+	body, aerr := readBody(r, 1<<20)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	var req struct {
+		ID string `json:"id"`
+	}
+	if err := jsonUnmarshal(body, &req); err != nil {
+		writeError(w, badRequest(codeInvalidJSON, "", "Invalid JSON: %v", err))
+		return
+	}
+	from := s.cfg.NodeID
+	if !s.onLeader(w, r, body, func() error { return s.cluster.TransferLeadership(req.ID) }) {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "from": from, "to": req.ID})
+}
+
+// GET /api/v1/cluster/members
+func (s *Server) handleClusterMembers(w http.ResponseWriter, _ *http.Request) {
+	members, err := s.membersJSON()
+	if err != nil {
+		writeError(w, &apiError{Status: 503, Code: codeUnavailable, Message: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"members": members})
+}
+
+func (s *Server) membersJSON() ([]map[string]any, error) {
+	members, err := s.cluster.Members()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]map[string]any, len(members))
+	for i, m := range members {
+		out[i] = map[string]any{"id": m.ID, "raft_addr": m.Address, "http_addr": s.nodeURL(m.ID),
+			"suffrage": m.Suffrage, "leader": m.Leader}
+	}
+	return out, nil
+}
+
+// GET /api/v1/cluster/status
+func (s *Server) handleClusterStatus(w http.ResponseWriter, _ *http.Request) {
+	raft, ok := s.raftJSON()
+	members, err := s.membersJSON()
+	if err != nil {
+		writeError(w, &apiError{Status: 503, Code: codeUnavailable, Message: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"node_id": s.cfg.NodeID, "healthy": ok, "raft": raft, "members": members})
+}

@@ -1,0 +1,263 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/crownmq/crown/fsm"
+	"github.com/crownmq/crown/raftnode"
+)
+
+// Headers of the forwarding protocol between nodes.
+const (
+	// headerIndex carries the Raft index a write was applied at, so the
+	// node that relays the answer can wait until it has applied it too
+	// (read-your-writes on whichever node the client uses next).
+	headerIndex = "X-Crown-Index"
+	// headerHops counts forwards, so a request chasing a moving leader
+	// cannot loop.
+	headerHops = "X-Crown-Hops"
+	maxHops    = 2
+)
+
+func pathUnescape(s string) (string, error) { return url.PathUnescape(s) }
+
+// forwarder relays requests to the leader over pooled keep-alive connections.
+type forwarder struct {
+	s      *Server
+	client *http.Client
+}
+
+func newForwarder(s *Server) *forwarder {
+	tr := &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        256,
+		MaxIdleConnsPerHost: 128,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	return &forwarder{s: s, client: &http.Client{Transport: tr}}
+}
+
+// leaderURL waits (up to LeaderWait) for a leader other than this node whose
+// HTTP address is in the replicated registry.
+func (s *Server) leaderURL(ctx context.Context) (string, *apiError) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.LeaderWait)
+	defer cancel()
+	for {
+		id, _, err := s.cluster.WaitLeader(ctx)
+		if err != nil {
+			return "", noLeader(err)
+		}
+		if id != s.cfg.NodeID {
+			if u := s.nodeURL(id); u != "" {
+				return u, nil
+			}
+		} else if s.cluster.IsLeader() {
+			return "", nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", noLeader(fmt.Errorf("leader %s has not registered its HTTP address: %w", id, ctx.Err()))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func noLeader(err error) *apiError {
+	return &apiError{Status: http.StatusServiceUnavailable, Code: codeNoLeader,
+		Message: "No leader available (election in progress or quorum lost); nothing was applied: " + err.Error()}
+}
+
+// nodeURL looks a member's HTTP address up in the node registry.
+func (s *Server) nodeURL(id string) string {
+	nodes, err := s.state.Nodes()
+	if err != nil {
+		return ""
+	}
+	for _, n := range nodes {
+		if n.ID == id {
+			return n.HTTPAddr
+		}
+	}
+	return ""
+}
+
+// commit applies cmd through Raft and returns its result. On a follower, or
+// when leadership moves mid-request, it forwards the original request to
+// the leader and relays the leader's answer unchanged; it then returns
+// ok=false because the response has been written.
+func (s *Server) commit(w http.ResponseWriter, r *http.Request, body []byte, cmd fsm.Command) (any, bool) {
+	for {
+		if s.cluster.IsLeader() {
+			res, idx, err := s.cluster.Propose(r.Context(), cmd)
+			switch {
+			case err == nil:
+				if er, ok := res.(*fsm.ErrorResult); ok {
+					writeError(w, badRequest(codeInvalidField, "", "%s", er.Err))
+					return nil, false
+				}
+				w.Header().Set(headerIndex, strconv.FormatUint(idx, 10))
+				return res, true
+			case errors.Is(err, raftnode.ErrNotLeader):
+				// Never appended: fall through to forwarding.
+			case errors.Is(err, raftnode.ErrUnknownOutcome):
+				writeError(w, &apiError{Status: http.StatusServiceUnavailable, Code: codeUnknown,
+					Message: "Leadership changed while the request was committing; it may or may not have been applied. Retry: pushes with the same transactionId are deduplicated"})
+				return nil, false
+			case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+				writeError(w, &apiError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "request abandoned: " + err.Error()})
+				return nil, false
+			default:
+				writeError(w, &apiError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: err.Error()})
+				return nil, false
+			}
+		}
+		target, aerr := s.leaderURL(r.Context())
+		if aerr != nil {
+			writeError(w, aerr)
+			return nil, false
+		}
+		if target == "" {
+			continue // this node became leader while waiting
+		}
+		s.fwd.relay(w, r, body, target)
+		return nil, false
+	}
+}
+
+// relay forwards the request to the leader and copies its answer back.
+func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, body []byte, leader string) {
+	resp, aerr := f.do(r.Context(), r, body, leader, r.URL.RequestURI())
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		writeError(w, &apiError{Status: http.StatusServiceUnavailable, Code: codeUnknown,
+			Message: "Lost the leader's answer; the request may have been applied. Retry: pushes with the same transactionId are deduplicated"})
+		return
+	}
+	f.catchUp(r.Context(), resp)
+	for _, h := range []string{"Content-Type", headerIndex} {
+		if v := resp.Header.Get(h); v != "" {
+			w.Header().Set(h, v)
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	w.Write(b)
+}
+
+// do sends one forwarded request. uri is the path and query to request.
+func (f *forwarder) do(ctx context.Context, r *http.Request, body []byte, leader, uri string) (*http.Response, *apiError) {
+	hops, _ := strconv.Atoi(r.Header.Get(headerHops))
+	if hops >= maxHops {
+		return nil, &apiError{Status: http.StatusServiceUnavailable, Code: codeNoLeader,
+			Message: "Leadership is moving; the request was not applied, retry"}
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.Method, strings.TrimRight(leader, "/")+uri, rd)
+	if err != nil {
+		return nil, &apiError{Status: 500, Code: codeInternal, Message: "build forwarded request: " + err.Error()}
+	}
+	for _, h := range []string{"Content-Type", "Accept", "Authorization", "X-OJS-Client-Id"} {
+		if v := r.Header.Get(h); v != "" {
+			req.Header.Set(h, v)
+		}
+	}
+	req.Header.Set(headerHops, strconv.Itoa(hops+1))
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return nil, &apiError{Status: http.StatusServiceUnavailable, Code: codeNotLeaderForw,
+			Message: "Forwarding to the leader failed; the request may have been applied. Retry: pushes with the same transactionId are deduplicated: " + err.Error()}
+	}
+	return resp, nil
+}
+
+// catchUp waits briefly until this node has applied the index the leader
+// reported, so a client that reads here next sees its own write.
+func (f *forwarder) catchUp(ctx context.Context, resp *http.Response) {
+	idx, err := strconv.ParseUint(resp.Header.Get(headerIndex), 10, 64)
+	if err != nil || idx == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	f.s.cluster.WaitApplied(ctx, idx)
+}
+
+// readBarrier makes a read linearizable when the client asks for it
+// (?consistency=linearizable): the leader confirms its leadership and
+// reports its commit index, and this node waits until it has applied it.
+// Other reads are served from local state (see the README on staleness).
+func (s *Server) readBarrier(r *http.Request) *apiError {
+	if r.URL.Query().Get("consistency") != "linearizable" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.LeaderWait)
+	defer cancel()
+	for {
+		var idx uint64
+		if s.cluster.IsLeader() {
+			i, err := s.cluster.ReadIndex()
+			if errors.Is(err, raftnode.ErrNotLeader) {
+				continue
+			}
+			if err != nil {
+				return &apiError{Status: 503, Code: codeUnavailable, Message: err.Error()}
+			}
+			idx = i
+		} else {
+			leader, aerr := s.leaderURL(ctx)
+			if aerr != nil {
+				return aerr
+			}
+			if leader == "" {
+				continue
+			}
+			i, err := s.fetchReadIndex(ctx, leader)
+			if err != nil {
+				return &apiError{Status: 503, Code: codeUnavailable, Message: "read index from leader: " + err.Error()}
+			}
+			idx = i
+		}
+		if err := s.cluster.WaitApplied(ctx, idx); err != nil {
+			return &apiError{Status: 503, Code: codeUnavailable, Message: err.Error()}
+		}
+		return nil
+	}
+}
+
+func (s *Server) fetchReadIndex(ctx context.Context, leader string) (uint64, error) {
+	req, _ := http.NewRequestWithContext(ctx, "GET", strings.TrimRight(leader, "/")+"/internal/v1/read-index", nil)
+	resp, err := s.fwd.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		return 0, fmt.Errorf("leader answered %d: %s", resp.StatusCode, b)
+	}
+	var v struct {
+		Index uint64 `json:"read_index"`
+	}
+	if err := jsonUnmarshal(b, &v); err != nil {
+		return 0, err
+	}
+	return v.Index, nil
+}

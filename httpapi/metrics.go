@@ -1,0 +1,145 @@
+package httpapi
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+type metrics struct {
+	reg            *prometheus.Registry
+	requests       *prometheus.CounterVec
+	latency        *prometheus.HistogramVec
+	fillWaits      prometheus.Counter
+	fillWaitMicros prometheus.Counter
+	parked         prometheus.Gauge
+	popEmpty       prometheus.Counter
+}
+
+func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
+	m := &metrics{
+		reg: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "crown_http_requests_total", Help: "HTTP requests served, by route and status code.",
+		}, []string{"route", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "crown_http_request_duration_seconds", Help: "HTTP request latency by route (long-poll waits included).",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"route"}),
+		fillWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "queen_pop_fill_wait_total", Help: "Pops that held an under-full batch back for minPopWaitTime.",
+		}),
+		fillWaitMicros: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "queen_pop_fill_wait_microseconds_total", Help: "Time pops spent in minPopWaitTime fill waits.",
+		}),
+		parked: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "queen_queue_parked_consumers", Help: "Long-poll pops parked on this node.",
+		}),
+		popEmpty: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "crown_pop_empty_total", Help: "Pops answered 204 on this node.",
+		}),
+	}
+	reg.MustRegister(m.requests, m.latency, m.fillWaits, m.fillWaitMicros, m.parked, m.popEmpty,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "queen_uptime_seconds", Help: "Seconds since this node started."},
+			func() float64 { return time.Since(s.started).Seconds() }),
+		newClusterCollector(s))
+	return m
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.code = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// Flush lets streamed responses through the recorder.
+func (r *statusRecorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (m *metrics) instrument(route string, h http.HandlerFunc) http.Handler {
+	lat := m.latency.WithLabelValues(route)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		h(rec, r)
+		lat.Observe(time.Since(start).Seconds())
+		m.requests.WithLabelValues(route, strconv.Itoa(rec.code)).Inc()
+	})
+}
+
+// clusterCollector exports the replicated lifetime counters (identical on
+// every node: aggregate with max, not sum) and this node's Raft position.
+type clusterCollector struct {
+	s                                  *Server
+	counters                           []*prometheus.Desc // in counterNames order
+	ack, applied, commit, leader, term *prometheus.Desc
+}
+
+var counterNames = []string{
+	"queen_cluster_push_requests_total", "queen_cluster_push_messages_total",
+	"queen_cluster_pop_requests_total", "queen_cluster_pop_messages_total",
+	"queen_cluster_ack_requests_total", "queen_cluster_ack_messages_total",
+	"queen_cluster_transactions_total", "queen_cluster_dlq_total",
+}
+
+func newClusterCollector(s *Server) *clusterCollector {
+	cluster := prometheus.Labels{"scope": "cluster"}
+	c := &clusterCollector{
+		s:       s,
+		ack:     prometheus.NewDesc("queen_cluster_ack_total", "Acknowledgements by result (cluster-wide).", []string{"result"}, cluster),
+		applied: prometheus.NewDesc("crown_raft_applied_index", "Last Raft index applied to the state machine on this node.", nil, nil),
+		commit:  prometheus.NewDesc("crown_raft_commit_index", "Last Raft index known committed by this node.", nil, nil),
+		leader:  prometheus.NewDesc("crown_raft_leader", "1 when this node is the Raft leader.", nil, nil),
+		term:    prometheus.NewDesc("crown_raft_term", "Current Raft term on this node.", nil, nil),
+	}
+	for _, n := range counterNames {
+		c.counters = append(c.counters, prometheus.NewDesc(n, "Cluster-wide lifetime counter (replicated; query with max).", nil, cluster))
+	}
+	return c
+}
+
+func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.counters {
+		ch <- d
+	}
+	for _, d := range []*prometheus.Desc{c.ack, c.applied, c.commit, c.leader, c.term} {
+		ch <- d
+	}
+}
+
+func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
+	if ct, err := c.s.state.Counters(); err == nil {
+		vals := []uint64{ct.PushRequests, ct.PushMessages, ct.PopRequests, ct.PopMessages,
+			ct.AckRequests, ct.AckMessages, ct.Transactions, ct.DLQ}
+		for i, d := range c.counters {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(vals[i]))
+		}
+		ch <- prometheus.MustNewConstMetric(c.ack, prometheus.CounterValue, float64(ct.AckSuccess), "success")
+		ch <- prometheus.MustNewConstMetric(c.ack, prometheus.CounterValue, float64(ct.AckFailed), "failed")
+	}
+	st := c.s.cluster.Status()
+	leader := 0.0
+	if st.State == "Leader" {
+		leader = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.applied, prometheus.GaugeValue, float64(st.AppliedIndex))
+	ch <- prometheus.MustNewConstMetric(c.commit, prometheus.GaugeValue, float64(st.CommitIndex))
+	ch <- prometheus.MustNewConstMetric(c.leader, prometheus.GaugeValue, leader)
+	ch <- prometheus.MustNewConstMetric(c.term, prometheus.GaugeValue, float64(st.Term))
+}

@@ -1,0 +1,563 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/crownmq/crown/fsm"
+)
+
+// Limits on what a request may carry. They are documented in the README.
+type Limits struct {
+	MaxBodyBytes    int64 // whole request body (413 above it)
+	MaxItems        int   // push items, acknowledgments or transaction operations per request
+	MaxPayloadBytes int   // one message's payload
+	MaxPopBatch     int   // pops ask for at most this many messages (larger values are clamped)
+}
+
+// DefaultLimits are the documented defaults.
+var DefaultLimits = Limits{MaxBodyBytes: 16 << 20, MaxItems: 10000, MaxPayloadBytes: 8 << 20, MaxPopBatch: 10000}
+
+// readBody reads a request body within the limit. An empty body is an error:
+// Queen requires a body on every POST, even where all fields are optional.
+func readBody(r *http.Request, limit int64) ([]byte, *apiError) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, badRequest(codeInvalidJSON, "", "Invalid JSON: reading body: %v", err)
+	}
+	if int64(len(b)) > limit {
+		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Code: codeTooLarge,
+			Message: fmt.Sprintf("Request body exceeds the limit of %d bytes", limit)}
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, badRequest(codeEmptyBody, "", "Empty request body")
+	}
+	return b, nil
+}
+
+// decodeObject parses a JSON object into its raw members.
+func decodeObject(b []byte, where string) (map[string]json.RawMessage, *apiError) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return nil, badRequest(codeInvalidJSON, where, "Invalid JSON: %s must be an object", nameOr(where, "body"))
+		}
+		return nil, badRequest(codeInvalidJSON, where, "Invalid JSON: %v", err)
+	}
+	if m == nil {
+		return nil, badRequest(codeInvalidJSON, where, "Invalid JSON: %s must be an object", nameOr(where, "body"))
+	}
+	return m, nil
+}
+
+func nameOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func isNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || (len(raw) == 4 && string(raw) == "null")
+}
+
+// jsonString decodes a raw JSON string; ok is false for any other type.
+func jsonString(raw json.RawMessage) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return "", false
+	}
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), true
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// optString reads an optional string member: absent and null are "not
+// present"; any other non-string is a type error naming the field.
+func optString(raw json.RawMessage, field, message string) (string, bool, *apiError) {
+	if isNull(raw) {
+		return "", false, nil
+	}
+	s, ok := jsonString(raw)
+	if !ok {
+		return "", false, badRequest(codeInvalidField, field, "%s", message)
+	}
+	return s, true, nil
+}
+
+func checkName(field, s string) *apiError {
+	if len(s) > fsm.MaxNameBytes {
+		return badRequest(codeLimit, field, "%s is %d bytes long; the limit is %d bytes", field, len(s), fsm.MaxNameBytes)
+	}
+	return nil
+}
+
+// ---- push ----
+
+type rawPushItem struct {
+	Queue         json.RawMessage `json:"queue"`
+	Partition     json.RawMessage `json:"partition"`
+	Payload       json.RawMessage `json:"payload"`
+	Data          json.RawMessage `json:"data"`
+	TransactionID json.RawMessage `json:"transactionId"`
+	TraceID       json.RawMessage `json:"traceId"`
+}
+
+// parsePushItems validates push items (queen-api.md 3.5). allowData accepts
+// "data" for "payload" (the transaction's flat form).
+func parsePushItems(raw json.RawMessage, field string, lim Limits, allowData bool) ([]fsm.PushItem, *apiError) {
+	if len(raw) == 0 || raw[0] != '[' {
+		return nil, badRequest(codeMissingField, field, "items array is required")
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, badRequest(codeInvalidJSON, field, "Invalid JSON: %v", err)
+	}
+	if len(items) > lim.MaxItems {
+		return nil, badRequest(codeLimit, field, "%s holds %d items; the limit is %d per request", field, len(items), lim.MaxItems)
+	}
+	out := make([]fsm.PushItem, len(items))
+	for i, it := range items {
+		if err := parsePushItem(it, fmt.Sprintf("%s[%d]", field, i), lim, allowData, &out[i]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func parsePushItem(raw json.RawMessage, where string, lim Limits, allowData bool, out *fsm.PushItem) *apiError {
+	var r rawPushItem
+	if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &r) != nil {
+		return badRequest(codeInvalidField, where, "%s must be an object", where)
+	}
+	return r.into(where, lim, allowData, out)
+}
+
+func (r *rawPushItem) into(where string, lim Limits, allowData bool, out *fsm.PushItem) *apiError {
+	q, ok := jsonString(r.Queue)
+	if !ok {
+		return badRequest(codeInvalidField, where+".queue", "Queue must be a string")
+	}
+	part, present, err := optString(r.Partition, where+".partition", "Partition must be a string")
+	if err != nil {
+		return err
+	}
+	if !present {
+		part = "Default"
+	}
+	tx, present, err := optString(r.TransactionID, where+".transactionId", "TransactionId must be a string")
+	if err != nil {
+		return err
+	}
+	if !present || tx == "" {
+		tx = newUUIDv7()
+	}
+	trace, hasTrace, err := optString(r.TraceID, where+".traceId", "TraceId must be a string")
+	if err != nil {
+		return err
+	}
+	for _, f := range [][2]string{{"queue", q}, {"partition", part}, {"transactionId", tx}} {
+		if err := checkName(where+"."+f[0], f[1]); err != nil {
+			return err
+		}
+	}
+	out.Queue, out.Partition, out.TxID = q, part, tx
+	if hasTrace {
+		id, ok := parseUUID(trace)
+		if !ok {
+			return badRequest(codeInvalidField, where+".traceId", "TraceId must be a UUID, got %q", trace)
+		}
+		out.TraceID, out.HasTrace = id, true
+	}
+	payload := r.Payload
+	if len(payload) == 0 && allowData {
+		payload = r.Data
+	}
+	if len(payload) == 0 {
+		payload = json.RawMessage("null")
+	}
+	if len(payload) > lim.MaxPayloadBytes {
+		return badRequest(codeLimit, where+".payload", "payload is %d bytes; the limit is %d", len(payload), lim.MaxPayloadBytes)
+	}
+	out.Payload = payload
+	return nil
+}
+
+// ---- configure ----
+
+type optionKind int
+
+const (
+	intOption optionKind = iota
+	boolOption
+)
+
+// optionSpec describes one configure option: its JSON name, type, and where
+// it lives in the resolved options.
+type optionSpec struct {
+	name string
+	kind optionKind
+	i    func(*fsm.Options) *int64
+	b    func(*fsm.Options) *bool
+}
+
+var optionSpecs = []optionSpec{
+	{name: "leaseTime", i: func(o *fsm.Options) *int64 { return &o.LeaseTime }},
+	{name: "retryLimit", i: func(o *fsm.Options) *int64 { return &o.RetryLimit }},
+	{name: "deadLetterQueue", kind: boolOption, b: func(o *fsm.Options) *bool { return &o.DeadLetterQueue }},
+	{name: "dlqAfterMaxRetries", kind: boolOption, b: func(o *fsm.Options) *bool { return &o.DLQAfterMaxRetries }},
+	{name: "delayedProcessing", i: func(o *fsm.Options) *int64 { return &o.DelayedProcessing }},
+	{name: "windowBuffer", i: func(o *fsm.Options) *int64 { return &o.WindowBuffer }},
+	{name: "retentionEnabled", kind: boolOption, b: func(o *fsm.Options) *bool { return &o.RetentionEnabled }},
+	{name: "retentionSeconds", i: func(o *fsm.Options) *int64 { return &o.RetentionSeconds }},
+	{name: "completedRetentionSeconds", i: func(o *fsm.Options) *int64 { return &o.CompletedRetentionSeconds }},
+	{name: "maxWaitTimeSeconds", i: func(o *fsm.Options) *int64 { return &o.MaxWaitTimeSeconds }},
+	{name: "minPopWaitTime", i: func(o *fsm.Options) *int64 { return &o.MinPopWaitTime }},
+	{name: "encryptionEnabled", kind: boolOption, b: func(o *fsm.Options) *bool { return &o.EncryptionEnabled }},
+	{name: "dedupWindowSeconds", i: func(o *fsm.Options) *int64 { return &o.DedupWindowSeconds }},
+	{name: "priority", i: func(o *fsm.Options) *int64 { return &o.Priority }},
+	{name: "maxSize", i: func(o *fsm.Options) *int64 { return &o.MaxSize }},
+	{name: "retryDelay", i: func(o *fsm.Options) *int64 { return &o.RetryDelay }},
+	{name: "ttl", i: func(o *fsm.Options) *int64 { return &o.TTL }},
+}
+
+// signedOptions may be negative (legacy keys echoed verbatim; minPopWaitTime is clamped).
+var signedOptions = map[string]bool{"priority": true, "minPopWaitTime": true}
+
+// parseConfigure reads POST /api/v1/configure (queen-api.md 3.4): a full
+// replace, options nested under "options" or at the top level.
+func parseConfigure(body []byte) (*fsm.Configure, *apiError) {
+	m, err := decodeObject(body, "")
+	if err != nil {
+		return nil, err
+	}
+	q, ok := jsonString(m["queue"])
+	if !ok {
+		return nil, badRequest(codeMissingField, "queue", "queue is required")
+	}
+	if err := checkName("queue", q); err != nil {
+		return nil, err
+	}
+	opts := m
+	where := ""
+	if raw, present := m["options"]; present && !isNull(raw) {
+		if opts, err = decodeObject(raw, "options"); err != nil {
+			return nil, err
+		}
+		where = "options."
+	}
+	c := &fsm.Configure{Queue: q, Options: fsm.DefaultOptions(0)}
+	for _, tag := range []struct {
+		name string
+		dst  *string
+	}{{"namespace", &c.Namespace}, {"task", &c.Task}} {
+		raw := opts[tag.name]
+		field := where + tag.name
+		if isNull(raw) {
+			raw, field = m[tag.name], tag.name
+		}
+		s, _, err := optString(raw, field, tag.name+" must be a string")
+		if err != nil {
+			return nil, err
+		}
+		if err := checkName(field, s); err != nil {
+			return nil, err
+		}
+		*tag.dst = s
+	}
+	for _, spec := range optionSpecs {
+		raw := opts[spec.name]
+		if isNull(raw) {
+			continue
+		}
+		field := where + spec.name
+		if spec.kind == boolOption {
+			v, ok := jsonBool(raw)
+			if !ok {
+				return nil, badRequest(codeInvalidField, field, "%s must be a boolean", spec.name)
+			}
+			*spec.b(&c.Options) = v
+			continue
+		}
+		v, ok := jsonInt(raw)
+		if !ok {
+			return nil, badRequest(codeInvalidField, field, "%s must be an integer", spec.name)
+		}
+		if v < 0 && !signedOptions[spec.name] {
+			return nil, badRequest(codeInvalidField, field, "%s must not be negative, got %d", spec.name, v)
+		}
+		*spec.i(&c.Options) = v
+	}
+	fsm.ClampOptions(&c.Options)
+	return c, nil
+}
+
+// jsonInt reads an integer given as a JSON number (integral) or a numeric string.
+func jsonInt(raw json.RawMessage) (int64, bool) {
+	s := string(raw)
+	if len(raw) > 0 && raw[0] == '"' {
+		var ok bool
+		if s, ok = jsonString(raw); !ok {
+			return 0, false
+		}
+		s = strings.TrimSpace(s)
+	}
+	if v, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return v, true
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return 0, false
+	}
+	return int64(f), true
+}
+
+// jsonBool reads a boolean given as a JSON boolean or "true"/"false".
+func jsonBool(raw json.RawMessage) (bool, bool) {
+	switch string(raw) {
+	case "true", `"true"`:
+		return true, true
+	case "false", `"false"`:
+		return false, true
+	}
+	return false, false
+}
+
+// ---- acks ----
+
+type rawAck struct {
+	TransactionID json.RawMessage `json:"transactionId"`
+	PartitionID   json.RawMessage `json:"partitionId"`
+	LeaseID       json.RawMessage `json:"leaseId"`
+	Status        json.RawMessage `json:"status"`
+	ConsumerGroup json.RawMessage `json:"consumerGroup"`
+	Error         json.RawMessage `json:"error"`
+}
+
+func (r *rawAck) item(where, txMsg, partMsg string) (fsm.AckItem, *apiError) {
+	var it fsm.AckItem
+	tx, ok := jsonString(r.TransactionID)
+	if !ok {
+		return it, badRequest(codeMissingField, where+"transactionId", "%s", txMsg)
+	}
+	part, ok := jsonString(r.PartitionID)
+	if !ok {
+		return it, badRequest(codeMissingField, where+"partitionId", "%s", partMsg)
+	}
+	if err := checkName(where+"transactionId", tx); err != nil {
+		return it, err
+	}
+	it.TxID = tx
+	it.PartitionID, it.PartitionOK = parseUUID(part)
+	lease, present, err := optString(r.LeaseID, where+"leaseId", "leaseId must be a string")
+	if err != nil {
+		return it, err
+	}
+	if present && lease != "" {
+		// A lease id that is not a UUID can never match a live lease.
+		it.LeaseID, _ = parseUUID(lease)
+		it.HasLease = true
+	}
+	status, present, err := optString(r.Status, where+"status", "status must be a string")
+	if err != nil {
+		return it, err
+	}
+	if !present {
+		status = "completed"
+	}
+	it.Status, it.StatusText = ackStatus(status), status
+	if it.Error, _, err = optString(r.Error, where+"error", "error must be a string"); err != nil {
+		return it, err
+	}
+	return it, nil
+}
+
+func ackStatus(s string) uint8 {
+	switch s {
+	case "completed", "success":
+		return fsm.AckCompleted
+	case "failed":
+		return fsm.AckFailed
+	case "retry":
+		return fsm.AckRetry
+	case "dlq":
+		return fsm.AckDLQ
+	}
+	return fsm.AckUnknown
+}
+
+func groupOf(raw json.RawMessage, field string) (string, *apiError) {
+	g, _, err := optString(raw, field, "consumerGroup must be a string")
+	if err != nil {
+		return "", err
+	}
+	if g == "" {
+		return fsm.QueueMode, nil
+	}
+	return g, checkName(field, g)
+}
+
+// parseAck reads POST /api/v1/ack.
+func parseAck(body []byte) (*fsm.Ack, *apiError) {
+	var r rawAck
+	if _, err := decodeObject(body, ""); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(body, &r); err != nil {
+		return nil, badRequest(codeInvalidJSON, "", "Invalid JSON: %v", err)
+	}
+	it, err := r.item("", "transactionId is required", "partitionId is required to ensure message uniqueness")
+	if err != nil {
+		return nil, err
+	}
+	g, err := groupOf(r.ConsumerGroup, "consumerGroup")
+	if err != nil {
+		return nil, err
+	}
+	return &fsm.Ack{Group: g, Items: []fsm.AckItem{it}}, nil
+}
+
+// parseAckBatch reads POST /api/v1/ack/batch: consumerGroup only at the top level.
+func parseAckBatch(body []byte, lim Limits) (*fsm.Ack, *apiError) {
+	m, err := decodeObject(body, "")
+	if err != nil {
+		return nil, err
+	}
+	raw := m["acknowledgments"]
+	if len(raw) == 0 || raw[0] != '[' {
+		return nil, badRequest(codeMissingField, "acknowledgments", "acknowledgments array is required")
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, badRequest(codeInvalidJSON, "acknowledgments", "Invalid JSON: %v", err)
+	}
+	if len(items) > lim.MaxItems {
+		return nil, badRequest(codeLimit, "acknowledgments", "acknowledgments holds %d items; the limit is %d per request", len(items), lim.MaxItems)
+	}
+	g, err := groupOf(m["consumerGroup"], "consumerGroup")
+	if err != nil {
+		return nil, err
+	}
+	c := &fsm.Ack{Group: g, Items: make([]fsm.AckItem, len(items))}
+	for i, raw := range items {
+		where := fmt.Sprintf("acknowledgments[%d].", i)
+		var r rawAck
+		if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &r) != nil {
+			return nil, badRequest(codeInvalidField, strings.TrimSuffix(where, "."), "Each acknowledgment must be an object")
+		}
+		if c.Items[i], err = r.item(where, "Each acknowledgment must have a valid transactionId string",
+			"Each acknowledgment must have a valid partitionId string"); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// ---- transaction ----
+
+// parseTransaction reads POST /api/v1/transaction. Shape errors of the
+// whole request are 400s; an operation that cannot run (unknown type,
+// invalid push item) fails the transaction inside a 200, as Queen does.
+func parseTransaction(body []byte, lim Limits) (*fsm.Transaction, *apiError) {
+	m, err := decodeObject(body, "")
+	if err != nil {
+		return nil, err
+	}
+	raw := m["operations"]
+	if len(raw) == 0 || raw[0] != '[' {
+		return nil, badRequest(codeMissingField, "operations", "operations array required")
+	}
+	var ops []json.RawMessage
+	if err := json.Unmarshal(raw, &ops); err != nil {
+		return nil, badRequest(codeInvalidJSON, "operations", "Invalid JSON: %v", err)
+	}
+	if len(ops) == 0 {
+		return nil, badRequest(codeMissingField, "operations", "operations array cannot be empty")
+	}
+	if len(ops) > lim.MaxItems {
+		return nil, badRequest(codeLimit, "operations", "operations holds %d items; the limit is %d per request", len(ops), lim.MaxItems)
+	}
+	c := &fsm.Transaction{Ops: make([]fsm.TxOp, len(ops))}
+	for i, raw := range ops {
+		c.Ops[i] = parseTxOp(raw, fmt.Sprintf("operations[%d]", i), lim)
+	}
+	return c, nil
+}
+
+func parseTxOp(raw json.RawMessage, where string, lim Limits) fsm.TxOp {
+	invalid := func(msg string) fsm.TxOp { return fsm.TxOp{Kind: fsm.OpInvalid, Name: msg} }
+	m, aerr := decodeObject(raw, where)
+	if aerr != nil {
+		return invalid(where + " must be an object")
+	}
+	typ, _ := jsonString(m["type"])
+	switch typ {
+	case "push":
+		if items, ok := m["items"]; ok && !isNull(items) {
+			its, err := parsePushItems(items, where+".items", lim, true)
+			if err != nil {
+				return invalid(err.Message)
+			}
+			return fsm.TxOp{Kind: fsm.OpPush, Items: its}
+		}
+		var r rawPushItem
+		var it fsm.PushItem
+		if json.Unmarshal(raw, &r) != nil {
+			return invalid(where + " must be an object")
+		}
+		if err := r.into(where, lim, true, &it); err != nil {
+			return invalid(err.Message)
+		}
+		return fsm.TxOp{Kind: fsm.OpPush, Items: []fsm.PushItem{it}}
+	case "ack":
+		var r rawAck
+		if json.Unmarshal(raw, &r) != nil {
+			return invalid(where + " must be an object")
+		}
+		it, err := r.item(where+".", "transactionId is required", "partitionId is required to ensure message uniqueness")
+		if err != nil {
+			return invalid(err.Message)
+		}
+		g, err := groupOf(r.ConsumerGroup, where+".consumerGroup")
+		if err != nil {
+			return invalid(err.Message)
+		}
+		return fsm.TxOp{Kind: fsm.OpAck, Ack: it, Group: g}
+	}
+	if typ == "" {
+		return invalid(where + ".type is required")
+	}
+	return invalid("Unknown operation type: " + typ)
+}
+
+// ---- lease extension ----
+
+func parseExtend(body []byte, leaseID string) (*fsm.Extend, bool, *apiError) {
+	m, err := decodeObject(body, "")
+	if err != nil {
+		return nil, false, err
+	}
+	c := &fsm.Extend{Seconds: 60}
+	if raw := m["seconds"]; !isNull(raw) {
+		v, ok := jsonInt(raw)
+		if !ok || v <= 0 {
+			return nil, false, badRequest(codeInvalidField, "seconds", "seconds must be a positive integer")
+		}
+		c.Seconds = v
+	}
+	id, ok := parseUUID(leaseID)
+	c.LeaseID = id
+	return c, ok, nil
+}

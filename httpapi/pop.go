@@ -1,0 +1,409 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/crownmq/crown/fsm"
+)
+
+type popRequest struct {
+	lease   fsm.Lease
+	wait    bool
+	timeout time.Duration
+}
+
+func queryBool(q url.Values, k string) bool {
+	v := q.Get(k)
+	return v == "true" || v == "1"
+}
+
+// queryInt reads an integer parameter; missing or unparsable values take
+// the default (queen-api.md 1.2: pops have no 4xx for bad values).
+func queryInt(q url.Values, k string, def int64) int64 {
+	v, err := strconv.ParseInt(q.Get(k), 10, 64)
+	if err != nil {
+		return def
+	}
+	return v
+}
+
+// parsePop reads the parameters shared by the three pop forms (queen-api.md 3.6).
+func (s *Server) parsePop(r *http.Request, scope uint8) (popRequest, *apiError, bool) {
+	q := r.URL.Query()
+	p := popRequest{wait: queryBool(q, "wait")}
+	l := &p.lease
+	l.Scope = scope
+	l.WindowBatch = s.cfg.WindowBatch
+	l.SQLWindow = !s.cfg.Hotlist
+	batch := queryInt(q, "batch", 1)
+	l.Batch = uint32(min(max(batch, 1), int64(s.cfg.Limits.MaxPopBatch)))
+	parts := queryInt(q, "partitions", 1)
+	l.MaxPartitions = uint32(min(max(parts, 1), 10000))
+	l.AutoAck = queryBool(q, "autoAck")
+	l.LeaseSeconds = max(queryInt(q, "leaseSeconds", 0), 0)
+	timeout := queryInt(q, "timeout", s.cfg.DefaultPopTimeout.Milliseconds())
+	if timeout < 0 {
+		timeout = s.cfg.DefaultPopTimeout.Milliseconds()
+	}
+	p.timeout = time.Duration(timeout) * time.Millisecond
+	l.Group = q.Get("consumerGroup")
+	if l.Group == "" {
+		l.Group = fsm.QueueMode
+	}
+	switch q.Get("subscriptionMode") {
+	case "new", "new-only":
+		l.SubMode = fsm.SubNew
+	}
+	if from := q.Get("subscriptionFrom"); from == "now" {
+		l.SubMode = fsm.SubNew
+	} else if t, ok := parseTime(from); ok {
+		l.SubMode, l.SubFrom = fsm.SubTimestamp, t.UnixMicro()
+	}
+	switch scope {
+	case fsm.ScopeDiscovery:
+		l.Namespace, l.Task = q.Get("namespace"), q.Get("task")
+		if l.Namespace == "" && l.Task == "" {
+			return p, badRequest(codeMissingField, "namespace", "namespace or task is required"), false
+		}
+	default:
+		l.Queue = pathVar(r, "queue")
+		if scope == fsm.ScopeSpecific {
+			l.Partition = pathVar(r, "partition")
+		}
+	}
+	// Names over the limit cannot exist: nothing to deliver.
+	if l.Validate() != nil {
+		return p, nil, false
+	}
+	return p, nil, true
+}
+
+func (s *Server) popHandler(scope uint8) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		arrival := time.Now()
+		p, aerr, ok := s.parsePop(r, scope)
+		if aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+		if !ok {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		s.pop(w, r, &p, arrival)
+	}
+}
+
+// pop serves a pop: it proposes a lease when the local state says something
+// is deliverable (or a first contact must be recorded), and otherwise parks
+// until a commit on this node may have made something deliverable, a
+// timer (lease expiry, delay, window) passes, or the deadline.
+func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arrival time.Time) {
+	ctx := r.Context()
+	deadline := arrival.Add(p.timeout)
+	c := &p.lease
+	for {
+		var wt *waiter
+		if p.wait {
+			// Register before checking, so a commit between the check and
+			// the wait cannot be missed.
+			wt = s.waiters.add(c)
+		}
+		check, err := s.state.CheckPop(c, time.Now().UnixMicro())
+		if err != nil {
+			s.waiters.remove(wt)
+			writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
+			return
+		}
+		if check.Deliverable > 0 || check.NeedsRecord {
+			if p.wait && check.Deliverable > 0 && check.Deliverable < c.Batch && c.Batch > 1 && check.MinPopWait > 0 {
+				s.fillWait(ctx, check.MinPopWait, deadline)
+			}
+			if ctx.Err() != nil {
+				s.waiters.remove(wt)
+				return // the client left: claim nothing
+			}
+			delivered, done := s.attemptPop(w, r, c)
+			if done || delivered {
+				s.waiters.remove(wt)
+				return
+			}
+		}
+		now := time.Now()
+		if !p.wait || !now.Before(deadline) || s.draining() {
+			s.waiters.remove(wt)
+			s.metrics.popEmpty.Inc()
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		until := deadline
+		if check.WakeAt > 0 {
+			if t := time.UnixMicro(check.WakeAt); t.Before(until) {
+				until = t
+			}
+		}
+		s.metrics.parked.Inc()
+		timer := time.NewTimer(max(time.Until(until), 0))
+		select {
+		case <-wt.ch:
+		case <-timer.C:
+		case <-ctx.Done():
+		case <-s.closing:
+		}
+		timer.Stop()
+		s.metrics.parked.Dec()
+		s.waiters.remove(wt)
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+func (s *Server) draining() bool {
+	select {
+	case <-s.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// fillWait holds an under-full batch back for up to minPopWaitTime (capped
+// by the request's deadline) so more messages can join it (queue-options.md,
+// minPopWaitTime). It holds no lease and no storage resources.
+func (s *Server) fillWait(ctx context.Context, ms int64, deadline time.Time) {
+	d := min(time.Duration(ms)*time.Millisecond, time.Until(deadline))
+	if d <= 0 {
+		return
+	}
+	start := time.Now()
+	t := time.NewTimer(d)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+	}
+	s.metrics.fillWaits.Inc()
+	s.metrics.fillWaitMicros.Add(float64(time.Since(start).Microseconds()))
+}
+
+// attemptPop proposes the lease on the leader, or asks the leader to try one
+// (wait=false) from a follower. delivered reports a 200 written; done
+// reports any other response written (an error).
+func (s *Server) attemptPop(w http.ResponseWriter, r *http.Request, c *fsm.Lease) (delivered, done bool) {
+	if !s.cluster.IsLeader() {
+		return s.forwardPop(w, r)
+	}
+	res, ok := s.commit(w, r, nil, c)
+	if !ok {
+		return false, true
+	}
+	lr := res.(*fsm.LeaseResult)
+	if lr.Count() == 0 {
+		return false, false
+	}
+	b, aerr := s.popJSON(lr)
+	if aerr != nil {
+		writeError(w, aerr)
+		return false, true
+	}
+	writeRawJSON(w, http.StatusOK, b)
+	return true, false
+}
+
+// forwardPop asks the leader for one immediate pop attempt and relays a 200.
+func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request) (delivered, done bool) {
+	leader, aerr := s.leaderURL(r.Context())
+	if aerr != nil {
+		writeError(w, aerr)
+		return false, true
+	}
+	if leader == "" {
+		return false, false // became leader; the next round proposes
+	}
+	q := r.URL.Query()
+	q.Set("wait", "false")
+	uri := r.URL.EscapedPath() + "?" + q.Encode()
+	resp, aerr := s.fwd.do(r.Context(), r, nil, leader, uri)
+	if aerr != nil {
+		writeError(w, aerr)
+		return false, true
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNoContent {
+		return false, false
+	}
+	b, err := readAllLimited(resp)
+	if err != nil {
+		writeError(w, &apiError{Status: 503, Code: codeUnknown, Message: "lost the leader's pop answer: " + err.Error()})
+		return false, true
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(resp.StatusCode)
+	w.Write(b)
+	return resp.StatusCode == http.StatusOK, resp.StatusCode != http.StatusOK
+}
+
+type popMessageJSON struct {
+	ID            string          `json:"id"`
+	TransactionID string          `json:"transactionId"`
+	Queue         string          `json:"queue"`
+	Partition     string          `json:"partition"`
+	PartitionID   string          `json:"partitionId"`
+	LeaseID       string          `json:"leaseId"`
+	ConsumerGroup string          `json:"consumerGroup"`
+	Data          json.RawMessage `json:"data"`
+	TraceID       *string         `json:"traceId"`
+	ProducerSub   *string         `json:"producerSub"`
+	CreatedAt     string          `json:"createdAt"`
+	RetryCount    uint64          `json:"retryCount"`
+}
+
+type popJSON struct {
+	Success           bool             `json:"success"`
+	Queue             string           `json:"queue"`
+	Partition         string           `json:"partition"`
+	PartitionID       string           `json:"partitionId"`
+	LeaseID           string           `json:"leaseId"`
+	ConsumerGroup     string           `json:"consumerGroup"`
+	PartitionsClaimed int              `json:"partitionsClaimed"`
+	Messages          []popMessageJSON `json:"messages"`
+}
+
+// popJSON shapes a pop response (queen-api.md 3.6, 4.18).
+func (s *Server) popJSON(lr *fsm.LeaseResult) ([]byte, *apiError) {
+	lease := ""
+	if lr.LeaseID != ([16]byte{}) {
+		lease = formatUUID(lr.LeaseID)
+	}
+	first := lr.Partitions[0]
+	out := popJSON{Success: true, Queue: first.Queue, Partition: first.Partition, PartitionID: formatUUID(first.PartitionID),
+		LeaseID: lease, ConsumerGroup: lr.Group, PartitionsClaimed: len(lr.Partitions),
+		Messages: make([]popMessageJSON, 0, lr.Count())}
+	for _, lp := range lr.Partitions {
+		pid := formatUUID(lp.PartitionID)
+		for i := range lp.Messages {
+			m := &lp.Messages[i]
+			data, aerr := s.open(m.Payload, m.Encrypted)
+			if aerr != nil {
+				return nil, aerr
+			}
+			pm := popMessageJSON{ID: formatUUID(m.ID), TransactionID: m.TxID, Queue: lp.Queue, Partition: lp.Partition,
+				PartitionID: pid, LeaseID: lease, ConsumerGroup: lr.Group, Data: data,
+				CreatedAt: formatMicros(m.CreatedAt), RetryCount: m.RetryCount}
+			if m.HasTrace {
+				pm.TraceID = strPtr(formatUUID(m.TraceID))
+			}
+			if m.ProducerSub != "" {
+				pm.ProducerSub = strPtr(m.ProducerSub)
+			}
+			out.Messages = append(out.Messages, pm)
+		}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, &apiError{Status: 500, Code: codeInternal, Message: err.Error()}
+	}
+	return b, nil
+}
+
+// ---- long-poll waiters ----
+
+// waiters parks pops by queue. A commit that touches a queue signals every
+// pop parked on it (and every discovery pop, whose scope spans queues); each
+// re-checks the state and at most one claims a given partition.
+type waiters struct {
+	mu        sync.Mutex
+	byQueue   map[string]map[*waiter]struct{}
+	discovery map[*waiter]struct{}
+}
+
+type waiter struct {
+	queue string // "" with discovery
+	disc  bool
+	ch    chan struct{}
+}
+
+func newWaiters() *waiters {
+	return &waiters{byQueue: map[string]map[*waiter]struct{}{}, discovery: map[*waiter]struct{}{}}
+}
+
+func (ws *waiters) add(c *fsm.Lease) *waiter {
+	w := &waiter{queue: c.Queue, disc: c.Scope == fsm.ScopeDiscovery, ch: make(chan struct{}, 1)}
+	ws.mu.Lock()
+	if w.disc {
+		ws.discovery[w] = struct{}{}
+	} else {
+		set := ws.byQueue[w.queue]
+		if set == nil {
+			set = map[*waiter]struct{}{}
+			ws.byQueue[w.queue] = set
+		}
+		set[w] = struct{}{}
+	}
+	ws.mu.Unlock()
+	return w
+}
+
+func (ws *waiters) remove(w *waiter) {
+	if w == nil {
+		return
+	}
+	ws.mu.Lock()
+	if w.disc {
+		delete(ws.discovery, w)
+	} else if set := ws.byQueue[w.queue]; set != nil {
+		delete(set, w)
+		if len(set) == 0 {
+			delete(ws.byQueue, w.queue)
+		}
+	}
+	ws.mu.Unlock()
+}
+
+func (w *waiter) signal() {
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
+}
+
+// notify runs on the apply goroutine after each commit: it only signals.
+func (ws *waiters) notify(e *fsm.Events) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if e.All {
+		for _, set := range ws.byQueue {
+			for w := range set {
+				w.signal()
+			}
+		}
+	} else {
+		for q := range e.Queues {
+			for w := range ws.byQueue[q] {
+				w.signal()
+			}
+		}
+	}
+	if e.All || len(e.Queues) > 0 {
+		for w := range ws.discovery {
+			w.signal()
+		}
+	}
+}
+
+func (ws *waiters) count() int {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	n := len(ws.discovery)
+	for _, set := range ws.byQueue {
+		n += len(set)
+	}
+	return n
+}

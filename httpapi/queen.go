@@ -1,0 +1,328 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"sort"
+
+	"github.com/crownmq/crown/fsm"
+	"github.com/crownmq/crown/httpapi/envelope"
+)
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// ---- configure ----
+
+func (s *Server) handleConfigure(w http.ResponseWriter, r *http.Request) {
+	body, aerr := readBody(r, s.cfg.Limits.MaxBodyBytes)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	c, aerr := parseConfigure(body)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	if c.Options.EncryptionEnabled && !s.cfg.Key.Enabled() {
+		writeError(w, badRequest(codeEncryption, "encryptionEnabled",
+			"encryptionEnabled requires QUEEN_ENCRYPTION_KEY (64 hex characters) on every node; refusing to store plaintext in a queue marked encrypted"))
+		return
+	}
+	res, ok := s.commit(w, r, body, c)
+	if !ok {
+		return
+	}
+	q := res.(*fsm.ConfigureResult).Queue
+	writeJSON(w, http.StatusOK, map[string]any{
+		"configured": true, "queueId": formatUUID(q.UUID), "partitionId": nil,
+		"queue": q.Name, "namespace": q.Namespace, "task": q.Task, "options": optionsJSON(q.Options, true),
+	})
+}
+
+// optionsJSON echoes resolved options; legacy adds the four legacy keys.
+func optionsJSON(o fsm.Options, legacy bool) map[string]any {
+	m := map[string]any{
+		"leaseTime": o.LeaseTime, "retryLimit": o.RetryLimit,
+		"deadLetterQueue": o.DeadLetterQueue, "dlqAfterMaxRetries": o.DLQAfterMaxRetries,
+		"delayedProcessing": o.DelayedProcessing, "windowBuffer": o.WindowBuffer,
+		"retentionEnabled": o.RetentionEnabled, "retentionSeconds": o.RetentionSeconds,
+		"completedRetentionSeconds": o.CompletedRetentionSeconds, "maxWaitTimeSeconds": o.MaxWaitTimeSeconds,
+		"minPopWaitTime": o.MinPopWaitTime, "encryptionEnabled": o.EncryptionEnabled,
+		"dedupWindowSeconds": o.DedupWindowSeconds,
+	}
+	if legacy {
+		m["priority"], m["maxSize"], m["retryDelay"], m["ttl"] = o.Priority, o.MaxSize, o.RetryDelay, o.TTL
+	}
+	return m
+}
+
+// ---- push ----
+
+func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
+	body, aerr := readBody(r, s.cfg.Limits.MaxBodyBytes)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	m, aerr := decodeObject(body, "")
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	items, aerr := parsePushItems(m["items"], "items", s.cfg.Limits, false)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	if len(items) == 0 {
+		writeRawJSON(w, http.StatusCreated, []byte("[]"))
+		return
+	}
+	if s.cluster.IsLeader() {
+		if aerr := s.seal(items); aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+	}
+	res, ok := s.commit(w, r, body, &fsm.Push{Items: items})
+	if !ok {
+		return
+	}
+	pr := res.(*fsm.PushResult)
+	out := make([]map[string]any, len(items))
+	for i := range items {
+		out[i] = pushItemJSON(i, &items[i], pr.Items[i].Status, pr.Items[i].MessageID, pr.Items[i].PartitionID)
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
+
+// pushItemJSON shapes one push result (queen-api.md 3.5): snake_case except
+// queueName, with transactionId as a camelCase alias for the Go client.
+func pushItemJSON(i int, it *fsm.PushItem, status uint8, msgID, partID [16]byte) map[string]any {
+	o := map[string]any{"index": i, "transaction_id": it.TxID, "transactionId": it.TxID,
+		"message_id": formatUUID(msgID), "queueName": it.Queue}
+	if status == fsm.PushDuplicate {
+		o["status"] = "duplicate"
+		return o
+	}
+	o["status"] = "queued"
+	o["partition_id"] = formatUUID(partID)
+	o["trace_id"] = nil
+	if it.HasTrace {
+		o["trace_id"] = formatUUID(it.TraceID)
+	}
+	return o
+}
+
+// seal encrypts the payloads of items bound for queues with
+// encryptionEnabled. It runs on the leader just before proposing, so the
+// plaintext never enters the log. Without a key such a push is refused:
+// Crown never stores plaintext in a queue marked encrypted.
+func (s *Server) seal(items []fsm.PushItem) *apiError {
+	var names []string
+	seen := map[string]bool{}
+	for i := range items {
+		if !seen[items[i].Queue] {
+			seen[items[i].Queue] = true
+			names = append(names, items[i].Queue)
+		}
+	}
+	enc, err := s.state.QueueEncryption(names)
+	if err != nil {
+		return &apiError{Status: 500, Code: codeInternal, Message: err.Error()}
+	}
+	for i := range items {
+		if !enc[items[i].Queue] {
+			continue
+		}
+		sealed, err := s.cfg.Key.Seal(items[i].Payload)
+		if err != nil {
+			return badRequest(codeEncryption, "items", "queue %q has encryptionEnabled: %v", items[i].Queue, err)
+		}
+		items[i].Payload, items[i].Encrypted = sealed, true
+	}
+	return nil
+}
+
+// open returns a stored payload as JSON, decrypting an envelope.
+func (s *Server) open(payload []byte, encrypted bool) (json.RawMessage, *apiError) {
+	if !encrypted {
+		return payload, nil
+	}
+	pt, err := s.cfg.Key.Open(payload)
+	if err != nil {
+		msg := err.Error()
+		if err == envelope.ErrNoKey {
+			msg = "message is encrypted and this node has no QUEEN_ENCRYPTION_KEY"
+		}
+		return nil, &apiError{Status: 500, Code: codeEncryption, Message: msg}
+	}
+	return pt, nil
+}
+
+// ---- acks ----
+
+type ackItemJSON struct {
+	Index         int     `json:"index"`
+	TransactionID string  `json:"transactionId"`
+	Success       bool    `json:"success"`
+	Error         *string `json:"error"`
+	QueueName     *string `json:"queueName"`
+	PartitionName *string `json:"partitionName"`
+	LeaseReleased bool    `json:"leaseReleased"`
+	DLQ           bool    `json:"dlq"`
+	Dropped       bool    `json:"dropped"`
+}
+
+func strPtr(s string) *string { return &s }
+
+func errPtr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
+	s.ack(w, r, func(b []byte) (*fsm.Ack, *apiError) { return parseAck(b) })
+}
+
+func (s *Server) handleAckBatch(w http.ResponseWriter, r *http.Request) {
+	s.ack(w, r, func(b []byte) (*fsm.Ack, *apiError) { return parseAckBatch(b, s.cfg.Limits) })
+}
+
+func (s *Server) ack(w http.ResponseWriter, r *http.Request, parse func([]byte) (*fsm.Ack, *apiError)) {
+	body, aerr := readBody(r, s.cfg.Limits.MaxBodyBytes)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	c, aerr := parse(body)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	if len(c.Items) == 0 {
+		writeRawJSON(w, http.StatusOK, []byte("[]"))
+		return
+	}
+	res, ok := s.commit(w, r, body, c)
+	if !ok {
+		return
+	}
+	ar := res.(*fsm.AckResult)
+	out := make([]ackItemJSON, len(c.Items))
+	for i, it := range ar.Items {
+		o := ackItemJSON{Index: i, TransactionID: c.Items[i].TxID, Success: it.Success, Error: errPtr(it.Error),
+			LeaseReleased: it.LeaseReleased, DLQ: it.DLQ, Dropped: it.Dropped}
+		if it.Resolved {
+			o.QueueName, o.PartitionName = strPtr(it.Queue), strPtr(it.Partition)
+		}
+		out[i] = o
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// ---- transaction ----
+
+func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
+	body, aerr := readBody(r, s.cfg.Limits.MaxBodyBytes)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	c, aerr := parseTransaction(body, s.cfg.Limits)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	if s.cluster.IsLeader() {
+		for i := range c.Ops {
+			if c.Ops[i].Kind == fsm.OpPush {
+				if aerr := s.seal(c.Ops[i].Items); aerr != nil {
+					writeError(w, aerr)
+					return
+				}
+			}
+		}
+	}
+	res, ok := s.commit(w, r, body, c)
+	if !ok {
+		return
+	}
+	tr := res.(*fsm.TransactionResult)
+	results := make([]map[string]any, len(tr.Results))
+	for i, op := range tr.Results {
+		m := map[string]any{"index": i, "success": op.Success, "transactionId": op.TxID}
+		switch op.Kind {
+		case fsm.OpPush:
+			m["type"] = "push"
+			m["messageId"] = formatUUID(op.MessageID)
+			m["queueName"] = op.Queue
+			if op.Status == fsm.PushDuplicate {
+				m["status"] = "duplicate"
+			} else {
+				m["status"] = "queued"
+				m["partitionId"] = formatUUID(op.PartitionID)
+			}
+		case fsm.OpAck:
+			m["type"] = "ack"
+			m["error"] = errPtr(op.Error)
+			m["dlq"] = op.DLQ
+		default:
+			m["type"] = "invalid"
+			m["error"] = errPtr(op.Error)
+		}
+		results[i] = m
+	}
+	out := map[string]any{"transactionId": newUUIDv7(), "success": tr.Success, "results": results}
+	if !tr.Success {
+		out["error"] = tr.Error
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// ---- lease extension ----
+
+func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
+	body, aerr := readBody(r, s.cfg.Limits.MaxBodyBytes)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	leaseID := pathVar(r, "leaseId")
+	c, valid, aerr := parseExtend(body, leaseID)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	out := map[string]any{"index": 0, "leaseId": leaseID}
+	if !valid {
+		out["success"], out["error"], out["expiresAt"] = false, fsm.ErrLeaseNotFound, nil
+		writeJSON(w, http.StatusOK, []any{out})
+		return
+	}
+	res, ok := s.commit(w, r, body, c)
+	if !ok {
+		return
+	}
+	er := res.(*fsm.ExtendResult)
+	out["success"], out["error"] = er.Success, errPtr(er.Error)
+	if er.Success {
+		out["expiresAt"] = formatMillis(er.ExpiresAt)
+	} else {
+		out["expiresAt"] = nil
+	}
+	writeJSON(w, http.StatusOK, []any{out})
+}
+
+// sortedKeys lists a string set in order.
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,149 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/crownmq/crown/fsm"
+)
+
+func readAllLimited(resp *http.Response) ([]byte, error) {
+	return io.ReadAll(io.LimitReader(resp.Body, 1<<30))
+}
+
+func statsJSON(s fsm.MessageStats) map[string]any {
+	return map[string]any{"total": s.Total, "pending": s.Pending, "processing": s.Processing,
+		"completed": s.Completed, "failed": 0, "deadLetter": s.DeadLetter}
+}
+
+func nowMicros() int64 { return time.Now().UnixMicro() }
+
+// GET /api/v1/resources/queues
+func (s *Server) handleListQueues(w http.ResponseWriter, r *http.Request) {
+	if aerr := s.readBarrier(r); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	q := r.URL.Query()
+	views, err := s.state.ListQueues(q.Get("namespace"), q.Get("task"), nowMicros())
+	if err != nil {
+		writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
+		return
+	}
+	offset := int(max(queryInt(q, "offset", 0), 0))
+	limit := int(queryInt(q, "limit", int64(len(views))))
+	if offset > len(views) {
+		offset = len(views)
+	}
+	views = views[offset:]
+	if limit >= 0 && limit < len(views) {
+		views = views[:limit]
+	}
+	out := make([]map[string]any, len(views))
+	for i, v := range views {
+		out[i] = map[string]any{
+			"id": formatUUID(v.Queue.UUID), "name": v.Queue.Name, "namespace": v.Queue.Namespace,
+			"task": v.Queue.Task, "createdAt": formatMillis(v.Queue.CreatedAt), "partitions": v.PartitionCount,
+			"messages": map[string]any{"total": v.Stats.Total, "pending": v.Stats.Pending, "processing": v.Stats.Processing},
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"queues": out})
+}
+
+// GET /api/v1/resources/queues/{queue}
+func (s *Server) handleGetQueue(w http.ResponseWriter, r *http.Request) {
+	if aerr := s.readBarrier(r); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	v, err := s.state.QueueView(pathVar(r, "queue"), nowMicros(), true)
+	if err != nil {
+		writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
+		return
+	}
+	if v == nil {
+		writeError(w, &apiError{Status: 404, Code: codeNotFound, Message: "Queue not found"})
+		return
+	}
+	parts := make([]map[string]any, len(v.Partitions))
+	for i, p := range v.Partitions {
+		parts[i] = map[string]any{
+			"id": formatUUID(p.ID), "name": p.Name, "createdAt": formatMillis(p.CreatedAt),
+			"stats": statsJSON(p.Stats), "oldestMessage": optMillis(p.Oldest), "newestMessage": optMillis(p.Newest),
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"id": formatUUID(v.Queue.UUID), "name": v.Queue.Name, "namespace": v.Queue.Namespace, "task": v.Queue.Task,
+		"createdAt": formatMillis(v.Queue.CreatedAt), "config": optionsJSON(v.Queue.Options, false),
+		"partitions": parts, "totals": statsJSON(v.Stats),
+	})
+}
+
+// DELETE /api/v1/resources/queues/{queue}
+func (s *Server) handleDeleteQueue(w http.ResponseWriter, r *http.Request) {
+	name := pathVar(r, "queue")
+	c := &fsm.DeleteQueue{Queue: name}
+	if err := c.Validate(); err != nil {
+		writeJSON(w, http.StatusOK, map[string]any{"deleted": true, "queue": name, "existed": false})
+		return
+	}
+	res, ok := s.commit(w, r, nil, c)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"deleted": true, "queue": name, "existed": res.(*fsm.DeleteQueueResult).Existed})
+}
+
+// GET /api/v1/dlq
+func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request) {
+	if aerr := s.readBarrier(r); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	q := r.URL.Query()
+	query := fsm.DLQQuery{Queue: q.Get("queue"), Group: q.Get("consumerGroup"), Partition: q.Get("partition"),
+		Limit: int(queryInt(q, "limit", 100)), Offset: int(max(queryInt(q, "offset", 0), 0))}
+	if query.Limit < 0 {
+		query.Limit = 100
+	}
+	if t, ok := parseTime(q.Get("from")); ok {
+		query.From = t.UnixMicro()
+	}
+	if t, ok := parseTime(q.Get("to")); ok {
+		query.To = t.UnixMicro()
+	}
+	entries, total, err := s.state.DeadLetters(query)
+	if err != nil {
+		writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
+		return
+	}
+	msgs := make([]map[string]any, 0, len(entries))
+	for _, d := range entries {
+		data, aerr := s.open(d.Payload, d.Encrypted)
+		if aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+		id := formatUUID(d.MessageID)
+		m := map[string]any{
+			"id": id, "messageId": id, "transactionId": d.TxID, "partitionId": formatUUID(d.PartUUID),
+			"queue": d.QueueName, "partition": d.PartitionName, "namespace": d.Namespace, "task": d.Task,
+			"consumerGroup": d.Group, "errorMessage": d.Error, "retryCount": d.RetryCount,
+			"data": json.RawMessage(data), "traceId": nil, "producerSub": nil,
+			"createdAt": formatMillis(d.CreatedAt), "failedAt": formatMillis(d.FailedAt),
+		}
+		if d.HasTrace {
+			m["traceId"] = formatUUID(d.TraceID)
+		}
+		if d.ProducerSub != "" {
+			m["producerSub"] = d.ProducerSub
+		}
+		msgs = append(msgs, m)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"messages": msgs, "total": total, "limit": query.Limit, "offset": query.Offset,
+		"pagination": map[string]any{"limit": query.Limit, "offset": query.Offset},
+	})
+}

@@ -1,0 +1,149 @@
+package httpapi
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// apiError is a request-level failure: an HTTP status and a JSON body
+// {"error": message, "code": code, "field": field}. Codes are stable and
+// documented in the README; clients only read "error".
+type apiError struct {
+	Status  int
+	Code    string
+	Field   string
+	Message string
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+// Stable error codes.
+const (
+	codeEmptyBody     = "empty_body"
+	codeInvalidJSON   = "invalid_json"
+	codeInvalidField  = "invalid_field"
+	codeMissingField  = "missing_field"
+	codeTooLarge      = "body_too_large"
+	codeLimit         = "limit_exceeded"
+	codeNotFound      = "not_found"
+	codeNoLeader      = "no_leader"
+	codeUnknown       = "unknown_outcome"
+	codeUnavailable   = "unavailable"
+	codeInternal      = "internal"
+	codeEncryption    = "encryption_unavailable"
+	codeNotLeaderForw = "forwarding_failed"
+)
+
+func badRequest(code, field, format string, args ...any) *apiError {
+	return &apiError{Status: http.StatusBadRequest, Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, &apiError{Status: 500, Code: codeInternal, Message: "encode response: " + err.Error()})
+		return
+	}
+	writeRawJSON(w, status, b)
+}
+
+func writeRawJSON(w http.ResponseWriter, status int, b []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	body := map[string]any{"error": e.Message, "code": e.Code}
+	if e.Field != "" {
+		body["field"] = e.Field
+	}
+	b, _ := json.Marshal(body)
+	writeRawJSON(w, e.Status, b)
+}
+
+// ---- ids ----
+
+func formatUUID(id [16]byte) string {
+	var b [36]byte
+	hex.Encode(b[0:8], id[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], id[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], id[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], id[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:], id[10:])
+	return string(b[:])
+}
+
+// parseUUID accepts the canonical hyphenated form (any case) and 32 bare
+// hex digits.
+func parseUUID(s string) ([16]byte, bool) {
+	var id [16]byte
+	switch len(s) {
+	case 36:
+		if s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+			return id, false
+		}
+		s = s[0:8] + s[9:13] + s[14:18] + s[19:23] + s[24:]
+	case 32:
+	default:
+		return id, false
+	}
+	if _, err := hex.Decode(id[:], []byte(s)); err != nil {
+		return id, false
+	}
+	return id, true
+}
+
+// newUUIDv7 makes a time-ordered random UUID for ids the receiving node
+// assigns (transaction ids of items that came without one).
+func newUUIDv7() string {
+	var id [16]byte
+	rand.Read(id[6:])
+	ms := uint64(time.Now().UnixMilli())
+	id[0], id[1], id[2] = byte(ms>>40), byte(ms>>32), byte(ms>>24)
+	id[3], id[4], id[5] = byte(ms>>16), byte(ms>>8), byte(ms)
+	id[6] = 0x70 | id[6]&0x0f
+	id[8] = 0x80 | id[8]&0x3f
+	return formatUUID(id)
+}
+
+// ---- times ----
+
+// formatMicros renders unix µs as RFC 3339 UTC with microseconds (message createdAt).
+func formatMicros(us int64) string {
+	return time.UnixMicro(us).UTC().Format("2006-01-02T15:04:05.000000Z")
+}
+
+// formatMillis renders unix µs as RFC 3339 UTC with milliseconds (every other time).
+func formatMillis(us int64) string {
+	return time.UnixMicro(us).UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+func optMillis(us int64) any {
+	if us == 0 {
+		return nil
+	}
+	return formatMillis(us)
+}
+
+// parseTime reads an RFC 3339 timestamp (Z or offset, optional fraction) or
+// a bare date (midnight UTC).
+func parseTime(s string) (time.Time, bool) {
+	s = strings.TrimSpace(s)
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, true
+	}
+	if t, err := time.Parse("2006-01-02", s); err == nil {
+		return t, true
+	}
+	return time.Time{}, false
+}

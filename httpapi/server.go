@@ -1,0 +1,201 @@
+// Package httpapi serves the Queen HTTP API (and Crown's cluster and
+// internal endpoints) on top of the replicated state machine: it parses and
+// validates requests, proposes commands on the leader or forwards them to
+// it, parks long-poll pops and wakes them on local commits, and shapes the
+// JSON responses. It knows nothing of bbolt.
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/pprof"
+	"runtime/debug"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/crownmq/crown/fsm"
+	"github.com/crownmq/crown/httpapi/envelope"
+	"github.com/crownmq/crown/raftnode"
+)
+
+// Cluster is what the HTTP layer needs from the Raft node. *raftnode.Node
+// implements it; tests may substitute a fake.
+type Cluster interface {
+	Propose(ctx context.Context, cmd fsm.Command) (any, uint64, error)
+	IsLeader() bool
+	Leader() (id, addr string)
+	WaitLeader(ctx context.Context) (id, addr string, err error)
+	Status() raftnode.Status
+	ReadIndex() (uint64, error)
+	WaitApplied(ctx context.Context, index uint64) error
+	Members() ([]raftnode.Member, error)
+	AddVoter(id, addr string, timeout time.Duration) error
+	RemoveServer(id string, timeout time.Duration) error
+	TransferLeadership(id string) error
+}
+
+// Config configures the HTTP layer.
+type Config struct {
+	NodeID string
+	// AdvertiseURL is how other nodes reach this node's HTTP API
+	// (http://host:port); it is stored in the replicated node registry.
+	AdvertiseURL string
+	RaftAddr     string
+	Limits       Limits
+	// LeaderWait bounds how long a request waits for a leader during an
+	// election before failing with 503 (default 5 s).
+	LeaderWait time.Duration
+	// DefaultPopTimeout is the long-poll timeout when a pop sends none (30 s).
+	DefaultPopTimeout time.Duration
+	// Window rules stamped into pops (QUEEN_HOTLIST, QUEEN_HOTLIST_WINDOW_BATCH).
+	Hotlist     bool
+	WindowBatch uint64
+	Key         *envelope.Key
+	Logger      *slog.Logger
+	Registry    *prometheus.Registry
+	Pprof       bool
+	Version     string
+}
+
+// Server is the HTTP API of one node.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	cluster Cluster
+	state   *fsm.FSM
+	waiters *waiters
+	fwd     *forwarder
+	metrics *metrics
+	started time.Time
+	router  *mux.Router
+	closing chan struct{}
+}
+
+// New builds the server and subscribes its long-poll waiters to commits.
+func New(cfg Config, cluster Cluster, state *fsm.FSM) *Server {
+	if cfg.Limits == (Limits{}) {
+		cfg.Limits = DefaultLimits
+	}
+	if cfg.LeaderWait <= 0 {
+		cfg.LeaderWait = 5 * time.Second
+	}
+	if cfg.DefaultPopTimeout <= 0 {
+		cfg.DefaultPopTimeout = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Key == nil {
+		cfg.Key = &envelope.Key{}
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	s := &Server{
+		cfg: cfg, log: cfg.Logger.With("component", "http"), cluster: cluster, state: state,
+		waiters: newWaiters(), started: time.Now(), closing: make(chan struct{}),
+	}
+	s.fwd = newForwarder(s)
+	s.metrics = newMetrics(cfg.Registry, s)
+	state.Subscribe(s.waiters.notify)
+	s.router = s.routes()
+	return s
+}
+
+// Drain answers every parked long-poll pop with 204 now and every later one
+// at once: called when the node shuts down, so in-flight requests finish.
+func (s *Server) Drain() {
+	select {
+	case <-s.closing:
+	default:
+		close(s.closing)
+	}
+}
+
+// Handler is the root handler with CORS, panic recovery and metrics.
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serve) }
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Access-Control-Allow-Origin", "*")
+	h.Set("Access-Control-Allow-Methods", "GET, POST, PUT, PATCH, DELETE, OPTIONS")
+	h.Set("Access-Control-Allow-Headers", "Content-Type, Authorization")
+	if r.Method == http.MethodOptions {
+		h.Set("Access-Control-Max-Age", "86400")
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.log.Error("handler panic", "path", r.URL.Path, "panic", p, "stack", string(debug.Stack()))
+			writeError(w, &apiError{Status: 500, Code: codeInternal, Message: "internal error"})
+		}
+	}()
+	s.router.ServeHTTP(w, r)
+}
+
+func (s *Server) routes() *mux.Router {
+	r := mux.NewRouter()
+	r.UseEncodedPath()
+	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, &apiError{Status: 404, Code: codeNotFound, Message: "Not Found"})
+	})
+	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, &apiError{Status: 405, Code: "method_not_allowed", Message: "Method Not Allowed"})
+	})
+	handle := func(method, path, name string, h http.HandlerFunc) {
+		r.Handle(path, s.metrics.instrument(name, h)).Methods(method)
+	}
+	handle("GET", "/health", "health", s.handleHealth)
+	handle("GET", "/metrics", "metrics", s.handleMetricsJSON)
+	r.Handle("/metrics/prometheus", s.metrics.handler()).Methods("GET")
+
+	handle("POST", "/api/v1/configure", "configure", s.handleConfigure)
+	handle("POST", "/api/v1/push", "push", s.handlePush)
+	handle("GET", "/api/v1/pop/queue/{queue}/partition/{partition}", "pop", s.popHandler(fsm.ScopeSpecific))
+	handle("GET", "/api/v1/pop/queue/{queue}", "pop", s.popHandler(fsm.ScopeWildcard))
+	handle("GET", "/api/v1/pop", "pop", s.popHandler(fsm.ScopeDiscovery))
+	handle("POST", "/api/v1/ack", "ack", s.handleAck)
+	handle("POST", "/api/v1/ack/batch", "ack_batch", s.handleAckBatch)
+	handle("POST", "/api/v1/transaction", "transaction", s.handleTransaction)
+	handle("POST", "/api/v1/lease/{leaseId}/extend", "extend", s.handleExtend)
+
+	handle("GET", "/api/v1/resources/queues", "queues", s.handleListQueues)
+	handle("GET", "/api/v1/resources/queues/{queue}", "queue", s.handleGetQueue)
+	handle("DELETE", "/api/v1/resources/queues/{queue}", "delete_queue", s.handleDeleteQueue)
+	handle("GET", "/api/v1/dlq", "dlq", s.handleDLQ)
+
+	handle("GET", "/internal/v1/digest", "digest", s.handleDigest)
+	handle("GET", "/internal/v1/read-index", "read_index", s.handleReadIndex)
+	handle("POST", "/internal/v1/join", "join", s.handleJoin)
+	handle("POST", "/internal/v1/register", "register", s.handleRegister)
+	handle("GET", "/api/v1/cluster/status", "cluster_status", s.handleClusterStatus)
+	handle("GET", "/api/v1/cluster/members", "cluster_members", s.handleClusterMembers)
+	handle("POST", "/api/v1/cluster/members", "cluster_add", s.handleClusterAdd)
+	handle("DELETE", "/api/v1/cluster/members/{id}", "cluster_remove", s.handleClusterRemove)
+	handle("POST", "/api/v1/cluster/transfer-leadership", "cluster_transfer", s.handleClusterTransfer)
+
+	if s.cfg.Pprof {
+		r.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		r.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		r.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		r.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		r.PathPrefix("/debug/pprof/").HandlerFunc(pprof.Index)
+	}
+	return r
+}
+
+// pathVar returns a percent-decoded path variable.
+func pathVar(r *http.Request, name string) string {
+	v := mux.Vars(r)[name]
+	if d, err := pathUnescape(v); err == nil {
+		return d
+	}
+	return v
+}

@@ -1,0 +1,420 @@
+// Package raftnode runs hashicorp/raft for Crown: the TCP transport, the
+// raft-boltdb log and stable store, file snapshots, bootstrap and
+// membership, leadership events, and the proposer that group-commits many
+// client commands into one log entry. It knows nothing of HTTP or queue
+// rules. See DESIGN.md.
+package raftnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/crownmq/crown/fsm"
+)
+
+// Peer is an initial voter.
+type Peer struct {
+	ID   string
+	Addr string
+}
+
+// Config configures a node. Zero durations take the documented defaults.
+type Config struct {
+	NodeID   string
+	RaftAddr string // bind address of the Raft TCP transport
+	// Advertise is the address other nodes dial; defaults to RaftAddr.
+	Advertise string
+	DataDir   string
+	// Peers are the initial voters. Empty with Join false bootstraps a
+	// single-node cluster; a node that joins starts with no configuration
+	// and waits to be added.
+	Peers []Peer
+	Join  bool
+
+	Logger *slog.Logger
+
+	// Timeouts, tuned for a LAN (DESIGN.md): a failed leader is detected
+	// within HeartbeatTimeout and replaced within about two of them.
+	HeartbeatTimeout   time.Duration // default 1 s
+	ElectionTimeout    time.Duration // default 1 s
+	LeaderLeaseTimeout time.Duration // default 500 ms
+	CommitTimeout      time.Duration // default 5 ms
+	TransportTimeout   time.Duration // default 10 s
+	// Snapshots: one every SnapshotThreshold entries (default 4096), keeping
+	// TrailingLogs (default 16384) entries so a briefly stopped node catches
+	// up from the log rather than a full snapshot.
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration // default 30 s
+	TrailingLogs      uint64
+	MaxAppendEntries  int // default 256
+
+	Proposer ProposerConfig
+}
+
+func (c *Config) defaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.HeartbeatTimeout, time.Second)
+	def(&c.ElectionTimeout, time.Second)
+	def(&c.LeaderLeaseTimeout, 500*time.Millisecond)
+	def(&c.CommitTimeout, 5*time.Millisecond)
+	def(&c.TransportTimeout, 10*time.Second)
+	def(&c.SnapshotInterval, 30*time.Second)
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = 4096
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = 16384
+	}
+	if c.MaxAppendEntries == 0 {
+		c.MaxAppendEntries = 256
+	}
+	if c.Advertise == "" {
+		c.Advertise = c.RaftAddr
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.Proposer.defaults()
+}
+
+// Node is one running Raft member.
+type Node struct {
+	cfg       Config
+	log       *slog.Logger
+	raft      *raft.Raft
+	fsm       *fsm.FSM
+	transport *raft.NetworkTransport
+	logStore  *raftboltdb.BoltStore
+	proposer  *Proposer
+
+	notifyCh chan bool
+	mu       sync.Mutex
+	watchers []func(isLeader bool)
+	stopped  chan struct{}
+}
+
+// New opens the stores, restores the state machine from the newest snapshot
+// if its own file is behind it, and starts Raft.
+func New(cfg Config, f *fsm.FSM) (*Node, error) {
+	cfg.defaults()
+	log := cfg.Logger.With("component", "raftnode")
+	dir := filepath.Join(cfg.DataDir, "raft")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create raft directory: %w", err)
+	}
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+	if err != nil {
+		return nil, fmt.Errorf("open raft log store: %w", err)
+	}
+	cleanup := []func(){func() { store.Close() }}
+	fail := func(err error) (*Node, error) {
+		for i := len(cleanup) - 1; i >= 0; i-- {
+			cleanup[i]()
+		}
+		return nil, err
+	}
+	logs, err := raft.NewLogCache(4096, store)
+	if err != nil {
+		return fail(fmt.Errorf("log cache: %w", err))
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, newHCLog(cfg.Logger, "raft-snapshots"))
+	if err != nil {
+		return fail(fmt.Errorf("open snapshot store: %w", err))
+	}
+	if err := restoreIfBehind(log, f, snaps); err != nil {
+		return fail(err)
+	}
+	advertise, err := net.ResolveTCPAddr("tcp", cfg.Advertise)
+	if err != nil {
+		return fail(fmt.Errorf("resolve raft advertise address %q: %w", cfg.Advertise, err))
+	}
+	trans, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, advertise, 5, cfg.TransportTimeout,
+		newHCLog(cfg.Logger, "raft-transport"))
+	if err != nil {
+		return fail(fmt.Errorf("listen raft on %s: %w", cfg.RaftAddr, err))
+	}
+	cleanup = append(cleanup, func() { trans.Close() })
+
+	n := &Node{cfg: cfg, log: log, fsm: f, transport: trans, logStore: store,
+		notifyCh: make(chan bool, 16), stopped: make(chan struct{})}
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.CommitTimeout = cfg.CommitTimeout
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.TrailingLogs = cfg.TrailingLogs
+	rc.MaxAppendEntries = cfg.MaxAppendEntries
+	rc.BatchApplyCh = true
+	// The state machine is persistent: it resumes from its own applied
+	// index instead of reloading a snapshot on every start.
+	rc.NoSnapshotRestoreOnStart = true
+	rc.NotifyCh = n.notifyCh
+	rc.Logger = newHCLog(cfg.Logger, "raft")
+
+	if !cfg.Join {
+		exists, err := raft.HasExistingState(logs, store, snaps)
+		if err != nil {
+			return fail(fmt.Errorf("inspect raft state: %w", err))
+		}
+		if !exists {
+			servers := []raft.Server{{ID: rc.LocalID, Address: trans.LocalAddr()}}
+			if len(cfg.Peers) > 0 {
+				servers = servers[:0]
+				for _, p := range cfg.Peers {
+					servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr)})
+				}
+			}
+			if err := raft.BootstrapCluster(rc, logs, store, snaps, trans, raft.Configuration{Servers: servers}); err != nil {
+				return fail(fmt.Errorf("bootstrap: %w", err))
+			}
+			log.Info("bootstrapped cluster", "voters", len(servers))
+		}
+	}
+	r, err := raft.NewRaft(rc, f, logs, store, snaps, trans)
+	if err != nil {
+		return fail(fmt.Errorf("start raft: %w", err))
+	}
+	n.raft = r
+	n.proposer = newProposer(cfg.Proposer, r, cfg.NodeID, cfg.Logger)
+	go n.watchLeadership()
+	return n, nil
+}
+
+// restoreIfBehind loads the newest snapshot into the state machine when the
+// state file is older than it (it was discarded after a machine crash, or is
+// new). Raft itself starts applying after the snapshot's index.
+func restoreIfBehind(log *slog.Logger, f *fsm.FSM, snaps raft.SnapshotStore) error {
+	list, err := snaps.List()
+	if err != nil {
+		return fmt.Errorf("list snapshots: %w", err)
+	}
+	if len(list) == 0 || list[0].Index <= f.AppliedIndex() {
+		return nil
+	}
+	meta, rc, err := snaps.Open(list[0].ID)
+	if err != nil {
+		return fmt.Errorf("open snapshot %s: %w", list[0].ID, err)
+	}
+	log.Info("state machine behind newest snapshot; restoring", "applied_index", f.AppliedIndex(), "snapshot_index", meta.Index)
+	if err := f.Restore(rc); err != nil {
+		return fmt.Errorf("restore snapshot %s: %w", meta.ID, err)
+	}
+	return nil
+}
+
+func (n *Node) watchLeadership() {
+	for {
+		select {
+		case isLeader := <-n.notifyCh:
+			n.log.Info("leadership changed", "leader", isLeader)
+			n.mu.Lock()
+			ws := append([]func(bool){}, n.watchers...)
+			n.mu.Unlock()
+			for _, w := range ws {
+				w(isLeader)
+			}
+		case <-n.stopped:
+			return
+		}
+	}
+}
+
+// OnLeadership registers fn to run (on one goroutine, in order) whenever
+// this node gains or loses leadership.
+func (n *Node) OnLeadership(fn func(isLeader bool)) {
+	n.mu.Lock()
+	n.watchers = append(n.watchers, fn)
+	n.mu.Unlock()
+}
+
+// ErrNotLeader means the command was not proposed: send it to the leader.
+var ErrNotLeader = errors.New("not the leader")
+
+// ErrUnknownOutcome means leadership was lost after the command was handed
+// to Raft: it may or may not be committed.
+var ErrUnknownOutcome = errors.New("leadership lost while committing; outcome unknown")
+
+// ErrShutdown means the node is stopping.
+var ErrShutdown = errors.New("node shutting down")
+
+// Propose commits cmd through the group-commit proposer and returns its
+// result and the log index it was applied at.
+func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (any, uint64, error) {
+	if n.raft.State() != raft.Leader {
+		return nil, 0, ErrNotLeader
+	}
+	return n.proposer.Propose(ctx, cmd)
+}
+
+// IsLeader reports whether this node currently leads.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// Leader returns the current leader's id and Raft address, empty when unknown.
+func (n *Node) Leader() (id, addr string) {
+	a, i := n.raft.LeaderWithID()
+	return string(i), string(a)
+}
+
+// Status is a snapshot of this node's Raft state.
+type Status struct {
+	State        string
+	LeaderID     string
+	LeaderAddr   string
+	Term         uint64
+	AppliedIndex uint64 // state machine
+	CommitIndex  uint64
+	LastIndex    uint64
+}
+
+// Status reports this node's Raft state.
+func (n *Node) Status() Status {
+	id, addr := n.Leader()
+	return Status{
+		State: n.raft.State().String(), LeaderID: id, LeaderAddr: addr,
+		Term:         n.raft.CurrentTerm(),
+		AppliedIndex: n.fsm.AppliedIndex(), CommitIndex: n.raft.CommitIndex(), LastIndex: n.raft.LastIndex(),
+	}
+}
+
+// WaitLeader blocks until a leader is known or ctx ends.
+func (n *Node) WaitLeader(ctx context.Context) (id, addr string, err error) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if id, addr = n.Leader(); id != "" {
+			return id, addr, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", "", fmt.Errorf("no leader elected: %w", ctx.Err())
+		case <-n.stopped:
+			return "", "", ErrShutdown
+		case <-t.C:
+		}
+	}
+}
+
+// ReadIndex confirms leadership with a quorum and returns the commit index a
+// linearizable read must wait for. Leader only.
+func (n *Node) ReadIndex() (uint64, error) {
+	idx := n.raft.CommitIndex()
+	if err := n.raft.VerifyLeader().Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return 0, ErrNotLeader
+		}
+		return 0, fmt.Errorf("verify leadership: %w", err)
+	}
+	return idx, nil
+}
+
+// WaitApplied blocks until the state machine has applied index, or ctx ends.
+func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
+	if n.fsm.AppliedIndex() >= index {
+		return nil
+	}
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for n.fsm.AppliedIndex() < index {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for index %d (applied %d): %w", index, n.fsm.AppliedIndex(), ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// Member is one server of the Raft configuration.
+type Member struct {
+	ID       string `json:"id"`
+	Address  string `json:"raft_addr"`
+	Suffrage string `json:"suffrage"`
+	Leader   bool   `json:"leader"`
+}
+
+// Members lists the current Raft configuration.
+func (n *Node) Members() ([]Member, error) {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, fmt.Errorf("read configuration: %w", err)
+	}
+	leaderID, _ := n.Leader()
+	var out []Member
+	for _, s := range f.Configuration().Servers {
+		out = append(out, Member{ID: string(s.ID), Address: string(s.Address),
+			Suffrage: s.Suffrage.String(), Leader: string(s.ID) == leaderID})
+	}
+	return out, nil
+}
+
+// AddVoter adds (or re-addresses) a voting member. Leader only.
+func (n *Node) AddVoter(id, addr string, timeout time.Duration) error {
+	return n.leaderOp(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout))
+}
+
+// RemoveServer removes a member. Leader only.
+func (n *Node) RemoveServer(id string, timeout time.Duration) error {
+	return n.leaderOp(n.raft.RemoveServer(raft.ServerID(id), 0, timeout))
+}
+
+// TransferLeadership hands leadership to id, or to the most up-to-date
+// follower when id is empty. Leader only.
+func (n *Node) TransferLeadership(id string) error {
+	if id == "" {
+		return n.leaderOp(n.raft.LeadershipTransfer())
+	}
+	members, err := n.Members()
+	if err != nil {
+		return err
+	}
+	for _, m := range members {
+		if m.ID == id {
+			return n.leaderOp(n.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(m.Address)))
+		}
+	}
+	return fmt.Errorf("no member %q", id)
+}
+
+func (n *Node) leaderOp(f raft.Future) error {
+	err := f.Error()
+	if errors.Is(err, raft.ErrNotLeader) {
+		return ErrNotLeader
+	}
+	return err
+}
+
+// Snapshot forces a snapshot now (operators and tests).
+func (n *Node) Snapshot() error { return n.raft.Snapshot().Error() }
+
+// Shutdown stops the proposer and Raft and closes the stores. The state
+// machine is closed by its owner afterwards.
+func (n *Node) Shutdown() error {
+	n.proposer.Close()
+	err := n.raft.Shutdown().Error()
+	close(n.stopped)
+	if cerr := n.transport.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := n.logStore.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,222 @@
+package raftnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/crownmq/crown/fsm"
+)
+
+// ProposerConfig tunes group commit.
+type ProposerConfig struct {
+	// MaxCommands and MaxBytes bound one log entry (defaults 2048 and 8 MiB).
+	MaxCommands int
+	MaxBytes    int
+	// MaxInflight bounds the entries handed to Raft and not yet applied
+	// (default 2). While every slot is busy, new commands queue and go out
+	// together in the next entry: batches grow with load, and an idle node
+	// sends a lone command at once.
+	MaxInflight int
+	// Linger optionally holds an under-full batch back to let it fill
+	// (default 0: rely on the in-flight bound alone).
+	Linger time.Duration
+	// EnqueueTimeout bounds how long Raft may take to accept an entry (default 10 s).
+	EnqueueTimeout time.Duration
+}
+
+func (c *ProposerConfig) defaults() {
+	if c.MaxCommands <= 0 {
+		c.MaxCommands = 2048
+	}
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = 8 << 20
+	}
+	if c.MaxInflight <= 0 {
+		c.MaxInflight = 2
+	}
+	if c.EnqueueTimeout <= 0 {
+		c.EnqueueTimeout = 10 * time.Second
+	}
+}
+
+// Proposer coalesces concurrent commands into few Raft entries.
+type Proposer struct {
+	cfg    ProposerConfig
+	raft   *raft.Raft
+	origin string
+	log    *slog.Logger
+
+	in    chan *proposal
+	slots chan struct{}
+	done  chan struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
+}
+
+type proposal struct {
+	cmd  fsm.Command
+	size int
+	out  chan outcome
+}
+
+type outcome struct {
+	result any
+	index  uint64
+	err    error
+}
+
+func newProposer(cfg ProposerConfig, r *raft.Raft, origin string, log *slog.Logger) *Proposer {
+	cfg.defaults()
+	p := &Proposer{cfg: cfg, raft: r, origin: origin, log: log.With("component", "proposer"),
+		in: make(chan *proposal, 4096), slots: make(chan struct{}, cfg.MaxInflight), done: make(chan struct{})}
+	p.wg.Add(1)
+	go p.run()
+	return p
+}
+
+// Propose queues cmd for the next entry and waits for its result. If ctx
+// ends after the command was queued, the command may still commit.
+func (p *Proposer) Propose(ctx context.Context, cmd fsm.Command) (any, uint64, error) {
+	pr := &proposal{cmd: cmd, size: fsm.SizeHint(cmd), out: make(chan outcome, 1)}
+	select {
+	case p.in <- pr:
+	case <-ctx.Done():
+		return nil, 0, ctx.Err()
+	case <-p.done:
+		return nil, 0, ErrShutdown
+	}
+	select {
+	case o := <-pr.out:
+		return o.result, o.index, o.err
+	case <-ctx.Done():
+		return nil, 0, fmt.Errorf("%w: %v", ErrUnknownOutcome, ctx.Err())
+	}
+}
+
+// Close stops accepting commands; commands already handed to Raft finish.
+func (p *Proposer) Close() {
+	p.once.Do(func() { close(p.done) })
+	p.wg.Wait()
+}
+
+func (p *Proposer) run() {
+	defer p.wg.Done()
+	for {
+		var first *proposal
+		select {
+		case first = <-p.in:
+		case <-p.done:
+			p.drainWith(ErrShutdown)
+			return
+		}
+		// Wait for an in-flight slot; commands arriving meanwhile join this batch.
+		select {
+		case p.slots <- struct{}{}:
+		case <-p.done:
+			first.out <- outcome{err: ErrShutdown}
+			p.drainWith(ErrShutdown)
+			return
+		}
+		batch, size := []*proposal{first}, first.size
+		var linger <-chan time.Time
+		if p.cfg.Linger > 0 {
+			linger = time.After(p.cfg.Linger)
+		}
+	fill:
+		for len(batch) < p.cfg.MaxCommands && size < p.cfg.MaxBytes {
+			if linger == nil {
+				select {
+				case pr := <-p.in:
+					batch, size = append(batch, pr), size+pr.size
+				default:
+					break fill
+				}
+				continue
+			}
+			select {
+			case pr := <-p.in:
+				batch, size = append(batch, pr), size+pr.size
+			case <-linger:
+				break fill
+			}
+		}
+		p.submit(batch)
+	}
+}
+
+func (p *Proposer) drainWith(err error) {
+	for {
+		select {
+		case pr := <-p.in:
+			pr.out <- outcome{err: err}
+		default:
+			return
+		}
+	}
+}
+
+// submit encodes one entry, stamped with this leader's clock, and hands it
+// to Raft; a goroutine delivers each command's result when it is applied.
+func (p *Proposer) submit(batch []*proposal) {
+	e := &fsm.Entry{Stamp: time.Now().UnixMicro(), Origin: p.origin, Commands: make([]fsm.Command, len(batch))}
+	for i, pr := range batch {
+		e.Commands[i] = pr.cmd
+	}
+	data, err := fsm.AppendEntry(nil, e)
+	if err != nil {
+		<-p.slots
+		p.log.Error("encode entry", "error", err)
+		for _, pr := range batch {
+			pr.out <- outcome{err: fmt.Errorf("encode entry: %w", err)}
+		}
+		return
+	}
+	fut := p.raft.Apply(data, p.cfg.EnqueueTimeout)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		err := fut.Error()
+		<-p.slots
+		if err != nil {
+			err = mapApplyError(err)
+			for _, pr := range batch {
+				pr.out <- outcome{err: err}
+			}
+			return
+		}
+		switch r := fut.Response().(type) {
+		case *fsm.EntryResult:
+			for i, pr := range batch {
+				pr.out <- outcome{result: r.Results[i], index: r.Index}
+			}
+		case *fsm.ErrorResult:
+			for _, pr := range batch {
+				pr.out <- outcome{err: errors.New(r.Err), index: fut.Index()}
+			}
+		default:
+			err := fmt.Errorf("unexpected apply response %T", r)
+			for _, pr := range batch {
+				pr.out <- outcome{err: err, index: fut.Index()}
+			}
+		}
+	}()
+}
+
+func mapApplyError(err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrEnqueueTimeout):
+		// Not appended to the log: safe to retry elsewhere.
+		return fmt.Errorf("%w: %v", ErrNotLeader, err)
+	case errors.Is(err, raft.ErrLeadershipLost):
+		return ErrUnknownOutcome
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return fmt.Errorf("%w: %v", ErrShutdown, err)
+	}
+	return err
+}

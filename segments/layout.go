@@ -1,0 +1,100 @@
+// Package segments owns Crown's on-disk layout in bbolt: queues, partitions,
+// message segments, consumer-group cursors and leases, the transaction-id
+// index, dead letters and subscriptions. It knows nothing of Raft, HTTP or the
+// clock: callers pass every timestamp in. See DESIGN.md for the layout and
+// the invariants it keeps.
+package segments
+
+import (
+	"encoding/binary"
+)
+
+// Top-level buckets. Every bucket is flat and keyed by fixed-width big-endian
+// integers followed by names, so that related rows are contiguous and a range
+// scan is a short forward cursor walk.
+var (
+	bucketMeta       = []byte("meta")       // fixed keys below
+	bucketQueues     = []byte("queues")     // 'n' queue name -> Queue
+	bucketQueueIDs   = []byte("queue_ids")  // qid(8) -> 'n' queue name
+	bucketParts      = []byte("partitions") // qid(8) name -> Partition
+	bucketPartIDs    = []byte("part_ids")   // pid(8) -> qid(8) name
+	bucketPartUUIDs  = []byte("part_uuids") // uuid(16) -> pid(8)
+	bucketSegments   = []byte("segments")   // pid(8) firstOffset(8) -> segment blob
+	bucketGroups     = []byte("groups")     // pid(8) group -> Group
+	bucketQueueGroup = []byte("qgroups")    // qid(8) group -> QueueGroup
+	bucketTxIDs      = []byte("txids")      // pid(8) txid -> offset(8) pushedAt(8) seq(8)
+	bucketLeases     = []byte("leases")     // leaseID(16) pid(8) group -> empty
+	bucketDLQ        = []byte("dlq")        // qid(8) seq(8) -> DeadLetter
+	bucketSubs       = []byte("subs")       // group 0 scope... -> Subscription
+	bucketNodes      = []byte("nodes")      // 'n' node id -> Node
+	bucketSettings   = []byte("settings")   // name -> value (cluster-wide switches)
+)
+
+// allBuckets lists every bucket in a fixed order. The order matters for the
+// state digest, which must be identical on every node.
+var allBuckets = [][]byte{
+	bucketMeta, bucketQueues, bucketQueueIDs, bucketParts, bucketPartIDs,
+	bucketPartUUIDs, bucketSegments, bucketGroups, bucketQueueGroup,
+	bucketTxIDs, bucketLeases, bucketDLQ, bucketSubs, bucketNodes, bucketSettings,
+}
+
+// Keys of the meta bucket.
+var (
+	metaApplied   = []byte("applied")   // last applied Raft index
+	metaNow       = []byte("now")       // time high-water mark, unix µs
+	metaIDSeq     = []byte("id_seq")    // source of message, lease and entity ids
+	metaQueueSeq  = []byte("queue_seq") // last queue number
+	metaPartSeq   = []byte("part_seq")  // last partition number
+	metaDLQSeq    = []byte("dlq_seq")   // last dead-letter number
+	metaSchema    = []byte("schema")    // layout version
+	metaCounters  = []byte("counters")  // lifetime counters, u64 each
+	schemaVersion = uint64(1)
+)
+
+// nameKey keys a row by a name that may be empty (bbolt refuses empty keys;
+// the empty string is a valid queue name).
+func nameKey(name string) []byte {
+	k := make([]byte, 1+len(name))
+	k[0] = 'n'
+	copy(k[1:], name)
+	return k
+}
+
+func u64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }
+
+func putU64(b []byte, v uint64) { binary.BigEndian.PutUint64(b, v) }
+
+func be64(v uint64) []byte {
+	b := make([]byte, 8)
+	putU64(b, v)
+	return b
+}
+
+// key8 builds id(8) followed by suffix.
+func key8(id uint64, suffix []byte) []byte {
+	k := make([]byte, 8+len(suffix))
+	putU64(k, id)
+	copy(k[8:], suffix)
+	return k
+}
+
+// key88 builds a(8) b(8).
+func key88(a, b uint64) []byte {
+	k := make([]byte, 16)
+	putU64(k, a)
+	putU64(k[8:], b)
+	return k
+}
+
+// prefixEnd returns the smallest key greater than every key with the prefix,
+// or nil when there is none (all 0xff).
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,260 @@
+package segments
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// ErrCorrupt reports a stored value that does not decode. It means the file
+// was damaged or written by an incompatible version; callers treat it as fatal.
+var ErrCorrupt = errors.New("segments: corrupt record")
+
+// Queue origins: how a queue was born decides its lease default.
+const (
+	OriginPush      uint8 = 1 // implicit creation by a Queen push
+	OriginConfigure uint8 = 2 // Queen POST /api/v1/configure
+	OriginOJS       uint8 = 3 // OJS queue-admin API
+)
+
+// Options are the fifteen Queen queue options plus the four legacy keys that
+// clients send and expect echoed. Values are fully resolved (no "unset").
+type Options struct {
+	LeaseTime                 int64 `msgpack:"lease"`
+	RetryLimit                int64 `msgpack:"retry"`
+	DeadLetterQueue           bool  `msgpack:"dlq"`
+	DLQAfterMaxRetries        bool  `msgpack:"dlq_max"`
+	DelayedProcessing         int64 `msgpack:"delay"`
+	WindowBuffer              int64 `msgpack:"window"`
+	RetentionEnabled          bool  `msgpack:"ret_on"`
+	RetentionSeconds          int64 `msgpack:"ret_s"`
+	CompletedRetentionSeconds int64 `msgpack:"ret_done_s"`
+	MaxWaitTimeSeconds        int64 `msgpack:"max_wait"`
+	MinPopWaitTime            int64 `msgpack:"min_pop_wait"`
+	EncryptionEnabled         bool  `msgpack:"enc"`
+	DedupWindowSeconds        int64 `msgpack:"dedup"`
+	Priority                  int64 `msgpack:"priority"`
+	MaxSize                   int64 `msgpack:"max_size"`
+	RetryDelay                int64 `msgpack:"retry_delay"`
+	TTL                       int64 `msgpack:"ttl"`
+}
+
+// Queue is one queue's record. Encoded as a msgpack map so that later fields
+// (the OJS view) can be added without a migration.
+type Queue struct {
+	ID        uint64   `msgpack:"id"`
+	UUID      [16]byte `msgpack:"uuid"`
+	Name      string   `msgpack:"name"`
+	Namespace string   `msgpack:"ns"`
+	Task      string   `msgpack:"task"`
+	CreatedAt int64    `msgpack:"created"`
+	Origin    uint8    `msgpack:"origin"`
+	Options   Options  `msgpack:"opts"`
+}
+
+// Partition is one ordered lane of a queue. Offsets start at 1; an offset
+// is never reused, so a cursor can always be compared with any stored offset.
+type Partition struct {
+	ID            uint64
+	QueueID       uint64
+	UUID          [16]byte
+	Name          string
+	CreatedAt     int64  // unix µs
+	NextOffset    uint64 // offset the next pushed message gets
+	FirstOffset   uint64 // oldest stored offset; == NextOffset when empty
+	Messages      uint64 // messages stored
+	Bytes         uint64 // payload bytes stored
+	Segments      uint64 // segments stored
+	LastCreatedAt int64  // createdAt of the newest message ever pushed
+	WindowMark    int64  // start of the current windowBuffer burst, 0 if none
+	WindowCount   uint64 // messages pushed since WindowMark
+}
+
+const partitionFixed = 8 + 8 + 16 + 8*10
+
+func (p *Partition) marshal() []byte {
+	b := make([]byte, partitionFixed, partitionFixed+len(p.Name))
+	o := 0
+	for _, v := range []uint64{p.ID, p.QueueID} {
+		putU64(b[o:], v)
+		o += 8
+	}
+	o += copy(b[o:], p.UUID[:])
+	for _, v := range []uint64{uint64(p.CreatedAt), p.NextOffset, p.FirstOffset, p.Messages,
+		p.Bytes, p.Segments, uint64(p.LastCreatedAt), uint64(p.WindowMark), p.WindowCount, 0} {
+		putU64(b[o:], v)
+		o += 8
+	}
+	return append(b, p.Name...)
+}
+
+func (p *Partition) unmarshal(b []byte) error {
+	if len(b) < partitionFixed {
+		return fmt.Errorf("partition record of %d bytes: %w", len(b), ErrCorrupt)
+	}
+	p.ID, p.QueueID = u64(b), u64(b[8:])
+	copy(p.UUID[:], b[16:32])
+	f := b[32:]
+	p.CreatedAt = int64(u64(f))
+	p.NextOffset = u64(f[8:])
+	p.FirstOffset = u64(f[16:])
+	p.Messages = u64(f[24:])
+	p.Bytes = u64(f[32:])
+	p.Segments = u64(f[40:])
+	p.LastCreatedAt = int64(u64(f[48:]))
+	p.WindowMark = int64(u64(f[56:]))
+	p.WindowCount = u64(f[64:])
+	p.Name = string(b[partitionFixed:])
+	return nil
+}
+
+// Group is the state of one consumer group on one partition.
+type Group struct {
+	// Next is the first offset the group has not consumed: everything before
+	// it is consumed. It never moves backwards except by an explicit seek.
+	Next uint64
+	// The lease, present when LeaseID is non-zero. A lease whose expiry is not
+	// after the current command time is treated as absent.
+	LeaseID        [16]byte
+	LeaseExpiry    int64  // unix µs
+	LeaseLast      uint64 // last offset delivered under the lease
+	LeaseDelivered uint64
+	Retry          uint64 // charged failures of the current batch
+	Consumed       uint64 // totalConsumed
+	Batches        uint64 // batchesConsumed
+	LastConsumedAt int64  // unix µs, 0 if never
+}
+
+const groupSize = 8 + 16 + 8*7
+
+// HasLease reports whether a lease record is present (live or expired).
+func (g *Group) HasLease() bool { return g.LeaseID != [16]byte{} }
+
+// LeaseLive reports whether the lease is present and not expired at now.
+func (g *Group) LeaseLive(now int64) bool { return g.HasLease() && g.LeaseExpiry > now }
+
+// ClearLease drops the lease record.
+func (g *Group) ClearLease() {
+	g.LeaseID = [16]byte{}
+	g.LeaseExpiry, g.LeaseLast, g.LeaseDelivered = 0, 0, 0
+}
+
+func (g *Group) marshal() []byte {
+	b := make([]byte, groupSize)
+	putU64(b, g.Next)
+	copy(b[8:24], g.LeaseID[:])
+	o := 24
+	for _, v := range []uint64{uint64(g.LeaseExpiry), g.LeaseLast, g.LeaseDelivered, g.Retry,
+		g.Consumed, g.Batches, uint64(g.LastConsumedAt)} {
+		putU64(b[o:], v)
+		o += 8
+	}
+	return b
+}
+
+func (g *Group) unmarshal(b []byte) error {
+	if len(b) != groupSize {
+		return fmt.Errorf("group record of %d bytes: %w", len(b), ErrCorrupt)
+	}
+	g.Next = u64(b)
+	copy(g.LeaseID[:], b[8:24])
+	g.LeaseExpiry = int64(u64(b[24:]))
+	g.LeaseLast = u64(b[32:])
+	g.LeaseDelivered = u64(b[40:])
+	g.Retry = u64(b[48:])
+	g.Consumed = u64(b[56:])
+	g.Batches = u64(b[64:])
+	g.LastConsumedAt = int64(u64(b[72:]))
+	return nil
+}
+
+// QueueGroup is what a group keeps per queue: the partition name its next
+// wildcard scan starts at (a round-robin pointer, so that busy partitions
+// cannot starve quiet ones), and when it first touched the queue.
+type QueueGroup struct {
+	RRFrom    string
+	CreatedAt int64
+}
+
+func (q *QueueGroup) marshal() []byte {
+	b := make([]byte, 8, 8+len(q.RRFrom))
+	putU64(b, uint64(q.CreatedAt))
+	return append(b, q.RRFrom...)
+}
+
+func (q *QueueGroup) unmarshal(b []byte) error {
+	if len(b) < 8 {
+		return fmt.Errorf("queue-group record of %d bytes: %w", len(b), ErrCorrupt)
+	}
+	q.CreatedAt, q.RRFrom = int64(u64(b)), string(b[8:])
+	return nil
+}
+
+// DeadLetter is a copy of a message dead-lettered for one group.
+type DeadLetter struct {
+	Seq           uint64   `msgpack:"seq"`
+	QueueID       uint64   `msgpack:"qid"`
+	PartitionID   uint64   `msgpack:"pid"`
+	PartitionName string   `msgpack:"part"`
+	Offset        uint64   `msgpack:"off"`
+	MessageID     [16]byte `msgpack:"mid"`
+	TxID          string   `msgpack:"tx"`
+	TraceID       [16]byte `msgpack:"trace"`
+	HasTrace      bool     `msgpack:"has_trace"`
+	ProducerSub   string   `msgpack:"sub"`
+	Payload       []byte   `msgpack:"payload"`
+	Encrypted     bool     `msgpack:"enc"`
+	Group         string   `msgpack:"group"`
+	Error         string   `msgpack:"err"`
+	RetryCount    uint64   `msgpack:"retries"`
+	CreatedAt     int64    `msgpack:"created"`
+	FailedAt      int64    `msgpack:"failed"`
+}
+
+// Subscription kinds: the scope a subscription record applies to.
+const (
+	SubQueue     byte = 'q' // (group, queue)
+	SubPartition byte = 'p' // (group, queue, partition)
+	SubDiscovery byte = 'd' // (group, namespace, task)
+)
+
+// Subscription fixes where a named group starts on partitions where it has no
+// position yet: just before Start (messages with createdAt >= Start deliver).
+type Subscription struct {
+	Mode      string `msgpack:"mode"` // "new" or "timestamp"
+	Start     int64  `msgpack:"start"`
+	CreatedAt int64  `msgpack:"created"`
+}
+
+// Node is a cluster member's addresses, replicated so that every node can
+// forward to every other.
+type Node struct {
+	ID       string `msgpack:"id"`
+	RaftAddr string `msgpack:"raft"`
+	HTTPAddr string `msgpack:"http"`
+}
+
+func marshalMsgpack(v any) []byte {
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		// Only fixed struct types are marshalled here; failure is a programming error.
+		panic(fmt.Sprintf("segments: msgpack marshal %T: %v", v, err))
+	}
+	return b
+}
+
+func unmarshalMsgpack(b []byte, v any) error {
+	if err := msgpack.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%T: %v: %w", v, err, ErrCorrupt)
+	}
+	return nil
+}
+
+// appendName appends a length-prefixed string, so that composite keys stay
+// unambiguous whatever bytes a name contains.
+func appendName(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}

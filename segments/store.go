@@ -1,0 +1,990 @@
+package segments
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Store is the state machine's bbolt database.
+type Store struct {
+	db   *bolt.DB
+	path string
+}
+
+// StoreOptions tune how the database file is opened.
+type StoreOptions struct {
+	// NoSync skips fsync on commit. The Raft log is the durable record, so the
+	// state machine may run without it; see fsm/DESIGN.md for the recovery
+	// argument.
+	NoSync bool
+	// MmapSize is the initial memory map size. Sizing it above the file keeps a
+	// long snapshot read from blocking writers (bbolt remaps under a lock that
+	// open read transactions hold).
+	MmapSize int
+}
+
+// Open opens or creates the database at path and makes sure every bucket exists.
+func Open(path string, o StoreOptions) (*Store, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:         5 * time.Second,
+		NoSync:          o.NoSync,
+		NoFreelistSync:  true,
+		FreelistType:    bolt.FreelistMapType,
+		InitialMmapSize: o.MmapSize,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open state database %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return fmt.Errorf("create bucket %s: %w", name, err)
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		if v := meta.Get(metaSchema); v == nil {
+			return meta.Put(metaSchema, be64(schemaVersion))
+		} else if len(v) != 8 || u64(v) != schemaVersion {
+			return fmt.Errorf("state database schema %x, this build reads %d", v, schemaVersion)
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("initialise state database %s: %w", path, err)
+	}
+	return &Store{db: db, path: path}, nil
+}
+
+// Close flushes the file to disk and closes it.
+func (s *Store) Close() error {
+	if err := s.db.Sync(); err != nil {
+		s.db.Close()
+		return fmt.Errorf("sync state database: %w", err)
+	}
+	return s.db.Close()
+}
+
+// Path is the database file's path.
+func (s *Store) Path() string { return s.path }
+
+// Sync forces the file to disk.
+func (s *Store) Sync() error { return s.db.Sync() }
+
+// Update runs fn in a write transaction, committed when fn returns nil.
+func (s *Store) Update(fn func(*Tx) error) error {
+	return s.db.Update(func(btx *bolt.Tx) error { return fn(newTx(btx)) })
+}
+
+// View runs fn in a read transaction.
+func (s *Store) View(fn func(*Tx) error) error {
+	return s.db.View(func(btx *bolt.Tx) error { return fn(newTx(btx)) })
+}
+
+// ReadSnapshot is a consistent read-only view that outlives a callback, for
+// streaming a snapshot while writes continue. Close it when done.
+type ReadSnapshot struct{ tx *bolt.Tx }
+
+// BeginSnapshot opens a read transaction for a snapshot.
+func (s *Store) BeginSnapshot() (*ReadSnapshot, error) {
+	tx, err := s.db.Begin(false)
+	if err != nil {
+		return nil, fmt.Errorf("begin snapshot read: %w", err)
+	}
+	return &ReadSnapshot{tx: tx}, nil
+}
+
+// WriteTo streams a complete, consistent database file.
+func (r *ReadSnapshot) WriteTo(w io.Writer) (int64, error) { return r.tx.WriteTo(w) }
+
+// Close ends the read transaction.
+func (r *ReadSnapshot) Close() error { return r.tx.Rollback() }
+
+// Verify opens the database file at path read-only and checks that it is a
+// Crown state database of this schema. Used before a restored file is swapped in.
+func Verify(path string) error {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	defer db.Close()
+	return db.View(func(tx *bolt.Tx) error {
+		for _, name := range allBuckets {
+			if tx.Bucket(name) == nil {
+				return fmt.Errorf("bucket %s missing: %w", name, ErrCorrupt)
+			}
+		}
+		v := tx.Bucket(bucketMeta).Get(metaSchema)
+		if len(v) != 8 || u64(v) != schemaVersion {
+			return fmt.Errorf("schema %x: %w", v, ErrCorrupt)
+		}
+		return nil
+	})
+}
+
+// Digest hashes the logical content of every bucket, in a fixed order, with
+// length-prefixed keys and values. Two stores with the same digest hold the
+// same state, however their files are laid out.
+func (s *Store) Digest() (applied uint64, digest string, err error) {
+	err = s.View(func(t *Tx) error {
+		applied = t.Applied()
+		h := sha256.New()
+		var lb [binary.MaxVarintLen64]byte
+		write := func(b []byte) {
+			n := binary.PutUvarint(lb[:], uint64(len(b)))
+			h.Write(lb[:n])
+			h.Write(b)
+		}
+		for _, name := range allBuckets {
+			write(name)
+			c := t.tx.Bucket(name).Cursor()
+			for k, v := c.First(); k != nil; k, v = c.Next() {
+				write(k)
+				write(v)
+			}
+		}
+		digest = hex.EncodeToString(h.Sum(nil))
+		return nil
+	})
+	return applied, digest, err
+}
+
+// Tx is a transaction over the layout. Every write goes through put and del,
+// which is what lets a savepoint undo a failed command without aborting the
+// other commands sharing the bbolt transaction.
+type Tx struct {
+	tx      *bolt.Tx
+	buckets [len(bucketOrder)]*bolt.Bucket
+	undo    []undoRec
+	depth   int
+}
+
+type undoRec struct {
+	b       int
+	key     []byte
+	old     []byte
+	existed bool
+}
+
+// Bucket indexes for the per-transaction handle cache.
+const (
+	bMeta = iota
+	bQueues
+	bQueueIDs
+	bParts
+	bPartIDs
+	bPartUUIDs
+	bSegments
+	bGroups
+	bQueueGroup
+	bTxIDs
+	bLeases
+	bDLQ
+	bSubs
+	bNodes
+	bSettings
+)
+
+var bucketOrder = [...][]byte{
+	bMeta: bucketMeta, bQueues: bucketQueues, bQueueIDs: bucketQueueIDs, bParts: bucketParts,
+	bPartIDs: bucketPartIDs, bPartUUIDs: bucketPartUUIDs, bSegments: bucketSegments,
+	bGroups: bucketGroups, bQueueGroup: bucketQueueGroup, bTxIDs: bucketTxIDs, bLeases: bucketLeases,
+	bDLQ: bucketDLQ, bSubs: bucketSubs, bNodes: bucketNodes, bSettings: bucketSettings,
+}
+
+func newTx(btx *bolt.Tx) *Tx {
+	t := &Tx{tx: btx}
+	for i, name := range bucketOrder {
+		t.buckets[i] = btx.Bucket(name)
+		if t.buckets[i] == nil {
+			panic(fmt.Sprintf("segments: bucket %s missing from an opened store", name))
+		}
+	}
+	if btx.Writable() {
+		// Append-mostly buckets: fill pages fully instead of splitting in half.
+		for _, i := range []int{bSegments, bDLQ, bTxIDs} {
+			t.buckets[i].FillPercent = 0.9
+		}
+	}
+	return t
+}
+
+func (t *Tx) get(b int, key []byte) []byte { return t.buckets[b].Get(key) }
+
+func (t *Tx) put(b int, key, val []byte) error {
+	if t.depth > 0 {
+		t.record(b, key)
+	}
+	if err := t.buckets[b].Put(key, val); err != nil {
+		return fmt.Errorf("put %s: %w", bucketOrder[b], err)
+	}
+	return nil
+}
+
+func (t *Tx) del(b int, key []byte) error {
+	if t.depth > 0 {
+		t.record(b, key)
+	}
+	if err := t.buckets[b].Delete(key); err != nil {
+		return fmt.Errorf("delete %s: %w", bucketOrder[b], err)
+	}
+	return nil
+}
+
+func (t *Tx) record(b int, key []byte) {
+	old := t.buckets[b].Get(key)
+	r := undoRec{b: b, key: bytes.Clone(key), existed: old != nil}
+	if old != nil {
+		r.old = bytes.Clone(old)
+	}
+	t.undo = append(t.undo, r)
+}
+
+// Savepoint starts recording undo information; RollbackTo(sp) restores every
+// key written since, Release(sp) keeps the writes. Savepoints nest.
+func (t *Tx) Savepoint() int {
+	t.depth++
+	return len(t.undo)
+}
+
+// RollbackTo undoes every write since the savepoint and ends it.
+func (t *Tx) RollbackTo(sp int) error {
+	for i := len(t.undo) - 1; i >= sp; i-- {
+		r := t.undo[i]
+		var err error
+		if r.existed {
+			err = t.buckets[r.b].Put(r.key, r.old)
+		} else {
+			err = t.buckets[r.b].Delete(r.key)
+		}
+		if err != nil {
+			return fmt.Errorf("roll back %s: %w", bucketOrder[r.b], err)
+		}
+	}
+	t.undo = t.undo[:sp]
+	t.depth--
+	return nil
+}
+
+// Release ends the savepoint and keeps its writes.
+func (t *Tx) Release(sp int) {
+	t.depth--
+	if t.depth == 0 {
+		t.undo = t.undo[:0]
+	}
+}
+
+// ---- meta ----
+
+func (t *Tx) metaU64(k []byte) uint64 {
+	if v := t.get(bMeta, k); len(v) == 8 {
+		return u64(v)
+	}
+	return 0
+}
+
+func (t *Tx) putMetaU64(k []byte, v uint64) error { return t.put(bMeta, k, be64(v)) }
+
+// Applied is the last Raft index whose effects this store holds.
+func (t *Tx) Applied() uint64 { return t.metaU64(metaApplied) }
+
+// SetApplied records the last applied Raft index in this transaction.
+func (t *Tx) SetApplied(i uint64) error { return t.putMetaU64(metaApplied, i) }
+
+// Now is the state machine's time high-water mark (unix µs).
+func (t *Tx) Now() int64 { return int64(t.metaU64(metaNow)) }
+
+// SetNow records the time high-water mark.
+func (t *Tx) SetNow(now int64) error { return t.putMetaU64(metaNow, uint64(now)) }
+
+// ReserveIDs reserves n consecutive sequence numbers and returns the first.
+func (t *Tx) ReserveIDs(n uint64) (uint64, error) {
+	first := t.metaU64(metaIDSeq) + 1
+	return first, t.putMetaU64(metaIDSeq, first+n-1)
+}
+
+// Counters reads the cluster-wide lifetime counters (their meaning belongs to
+// the caller; they are replicated state, so identical on every node).
+func (t *Tx) Counters(n int) []uint64 {
+	out := make([]uint64, n)
+	v := t.get(bMeta, metaCounters)
+	for i := 0; i < n && (i+1)*8 <= len(v); i++ {
+		out[i] = u64(v[i*8:])
+	}
+	return out
+}
+
+// PutCounters stores the lifetime counters.
+func (t *Tx) PutCounters(c []uint64) error {
+	v := make([]byte, 8*len(c))
+	for i, x := range c {
+		putU64(v[i*8:], x)
+	}
+	return t.put(bMeta, metaCounters, v)
+}
+
+func (t *Tx) nextMeta(k []byte) (uint64, error) {
+	v := t.metaU64(k) + 1
+	return v, t.putMetaU64(k, v)
+}
+
+// ---- queues ----
+
+// Queue loads a queue by name.
+func (t *Tx) Queue(name string) (*Queue, error) {
+	v := t.get(bQueues, nameKey(name))
+	if v == nil {
+		return nil, nil
+	}
+	q := new(Queue)
+	if err := unmarshalMsgpack(v, q); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// QueueByID loads a queue by its number.
+func (t *Tx) QueueByID(qid uint64) (*Queue, error) {
+	key := t.get(bQueueIDs, be64(qid))
+	if key == nil {
+		return nil, nil
+	}
+	return t.Queue(string(key[1:]))
+}
+
+// CreateQueue assigns q a number and stores it. q.UUID must be set.
+func (t *Tx) CreateQueue(q *Queue) error {
+	id, err := t.nextMeta(metaQueueSeq)
+	if err != nil {
+		return err
+	}
+	q.ID = id
+	if err := t.put(bQueueIDs, be64(id), nameKey(q.Name)); err != nil {
+		return err
+	}
+	return t.PutQueue(q)
+}
+
+// PutQueue stores an existing queue's record.
+func (t *Tx) PutQueue(q *Queue) error {
+	return t.put(bQueues, nameKey(q.Name), marshalMsgpack(q))
+}
+
+// ForEachQueue calls fn for every queue in name order until fn returns false.
+func (t *Tx) ForEachQueue(fn func(*Queue) (bool, error)) error {
+	c := t.buckets[bQueues].Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		q := new(Queue)
+		if err := unmarshalMsgpack(v, q); err != nil {
+			return err
+		}
+		if more, err := fn(q); err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// ---- partitions ----
+
+// Partition loads a queue's partition by name.
+func (t *Tx) Partition(qid uint64, name string) (*Partition, error) {
+	return t.partitionAt(key8(qid, []byte(name)))
+}
+
+func (t *Tx) partitionAt(key []byte) (*Partition, error) {
+	v := t.get(bParts, key)
+	if v == nil {
+		return nil, nil
+	}
+	p := new(Partition)
+	return p, p.unmarshal(v)
+}
+
+// PartitionByID loads a partition by its number.
+func (t *Tx) PartitionByID(pid uint64) (*Partition, error) {
+	k := t.get(bPartIDs, be64(pid))
+	if k == nil {
+		return nil, nil
+	}
+	return t.partitionAt(k)
+}
+
+// PartitionByUUID loads a partition by its public id.
+func (t *Tx) PartitionByUUID(id [16]byte) (*Partition, error) {
+	pid := t.get(bPartUUIDs, id[:])
+	if len(pid) != 8 {
+		return nil, nil
+	}
+	return t.PartitionByID(u64(pid))
+}
+
+// CreatePartition assigns p a number, sets its offsets and stores it with its indexes.
+func (t *Tx) CreatePartition(p *Partition) error {
+	id, err := t.nextMeta(metaPartSeq)
+	if err != nil {
+		return err
+	}
+	p.ID, p.NextOffset, p.FirstOffset = id, 1, 1
+	key := key8(p.QueueID, []byte(p.Name))
+	if err := t.put(bPartIDs, be64(id), key); err != nil {
+		return err
+	}
+	if err := t.put(bPartUUIDs, p.UUID[:], be64(id)); err != nil {
+		return err
+	}
+	return t.put(bParts, key, p.marshal())
+}
+
+// PutPartition stores an existing partition's record.
+func (t *Tx) PutPartition(p *Partition) error {
+	return t.put(bParts, key8(p.QueueID, []byte(p.Name)), p.marshal())
+}
+
+// ForEachPartition calls fn for the queue's partitions in name order,
+// starting at the first name >= from, until fn returns false.
+func (t *Tx) ForEachPartition(qid uint64, from string, fn func(*Partition) (bool, error)) error {
+	prefix := be64(qid)
+	c := t.buckets[bParts].Cursor()
+	for k, v := c.Seek(key8(qid, []byte(from))); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		p := new(Partition)
+		if err := p.unmarshal(v); err != nil {
+			return err
+		}
+		if more, err := fn(p); err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// ---- segments and messages ----
+
+// AppendSegment stores msgs as one segment at p's next offset, indexes their
+// transaction ids at pushedAt, and advances p (the caller stores p). It
+// returns the first offset. The blob is freshly allocated: bbolt keeps a
+// reference to every value until the transaction commits.
+func (t *Tx) AppendSegment(p *Partition, createdAt int64, baseSeq uint64, msgs []Message) (uint64, error) {
+	first := p.NextOffset
+	blob := EncodeSegment(nil, createdAt, baseSeq, msgs)
+	if err := t.put(bSegments, key88(p.ID, first), blob); err != nil {
+		return 0, err
+	}
+	var bytesIn uint64
+	for i := range msgs {
+		if err := t.PutTxID(p.ID, msgs[i].TxID, TxRef{Offset: first + uint64(i), PushedAt: createdAt, Seq: baseSeq + uint64(i)}); err != nil {
+			return 0, err
+		}
+		bytesIn += uint64(len(msgs[i].Payload))
+	}
+	if p.Messages == 0 {
+		p.FirstOffset = first
+	}
+	p.NextOffset += uint64(len(msgs))
+	p.Messages += uint64(len(msgs))
+	p.Bytes += bytesIn
+	p.Segments++
+	p.LastCreatedAt = createdAt
+	return first, nil
+}
+
+// SegmentInfo describes one stored segment.
+type SegmentInfo struct {
+	First     uint64 // first offset
+	Count     uint64
+	CreatedAt int64
+	Bytes     uint64 // payload bytes
+}
+
+// Scan walks the partition's messages from offset `from` onwards, in order,
+// calling fn with each message and its segment's header. The message's
+// slices alias the database: copy what outlives the transaction. fn returns
+// false to stop. Offsets deleted by retention are skipped silently.
+func (t *Tx) Scan(pid, from uint64, fn func(*StoredMessage) (bool, error)) error {
+	c := t.buckets[bSegments].Cursor()
+	prefix := be64(pid)
+	k, v := c.Seek(key88(pid, from))
+	// The segment holding `from` may start before it.
+	if k == nil || !bytes.HasPrefix(k, prefix) || u64(k[8:]) > from {
+		if pk, pv := c.Prev(); pk != nil && bytes.HasPrefix(pk, prefix) {
+			k, v = pk, pv
+		} else {
+			k, v = c.Seek(key88(pid, from))
+		}
+	}
+	var sm StoredMessage
+	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		first := u64(k[8:])
+		r, err := NewSegmentReader(v)
+		if err != nil {
+			return fmt.Errorf("partition %d segment %d: %w", pid, first, err)
+		}
+		if first+uint64(r.Header.Count) <= from {
+			continue
+		}
+		for {
+			idx, ok, err := r.Next(&sm.Message)
+			if err != nil {
+				return fmt.Errorf("partition %d segment %d: %w", pid, first, err)
+			}
+			if !ok {
+				break
+			}
+			off := first + uint64(idx)
+			if off < from {
+				continue
+			}
+			sm.Offset = off
+			sm.CreatedAt = r.Header.CreatedAt
+			sm.ID = MessageID(r.Header.CreatedAt, r.Header.BaseSeq+uint64(idx))
+			if more, err := fn(&sm); err != nil || !more {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// MessageAt reads one message, or nil when the offset is not stored.
+func (t *Tx) MessageAt(pid, off uint64) (*StoredMessage, error) {
+	var out *StoredMessage
+	err := t.Scan(pid, off, func(sm *StoredMessage) (bool, error) {
+		if sm.Offset == off {
+			c := *sm
+			c.TxID = sm.TxID
+			c.Payload = bytes.Clone(sm.Payload)
+			out = &c
+		}
+		return false, nil
+	})
+	return out, err
+}
+
+// Segments walks the partition's segment headers oldest first until fn
+// returns false.
+func (t *Tx) Segments(pid uint64, fn func(SegmentInfo) (bool, error)) error {
+	c := t.buckets[bSegments].Cursor()
+	prefix := be64(pid)
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		info, err := segmentInfo(k, v)
+		if err != nil {
+			return err
+		}
+		if more, err := fn(info); err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// SegmentsReverse walks the partition's segment headers newest first.
+func (t *Tx) SegmentsReverse(pid uint64, fn func(SegmentInfo) (bool, error)) error {
+	c := t.buckets[bSegments].Cursor()
+	prefix := be64(pid)
+	k, v := c.Seek(key88(pid, ^uint64(0)))
+	if k == nil || !bytes.HasPrefix(k, prefix) {
+		k, v = c.Prev()
+	}
+	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Prev() {
+		info, err := segmentInfo(k, v)
+		if err != nil {
+			return err
+		}
+		if more, err := fn(info); err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+func segmentInfo(k, v []byte) (SegmentInfo, error) {
+	h, err := DecodeSegmentHeader(v)
+	if err != nil {
+		return SegmentInfo{}, fmt.Errorf("segment %x: %w", k, err)
+	}
+	return SegmentInfo{First: u64(k[8:]), Count: uint64(h.Count), CreatedAt: h.CreatedAt,
+		Bytes: uint64(len(v))}, nil
+}
+
+// DeleteSegment removes one whole segment and its transaction-id index
+// entries (only those still pointing into it), updating p (the caller stores
+// p). It returns the number of messages removed.
+func (t *Tx) DeleteSegment(p *Partition, first uint64) (uint64, error) {
+	key := key88(p.ID, first)
+	v := t.get(bSegments, key)
+	if v == nil {
+		return 0, nil
+	}
+	r, err := NewSegmentReader(v)
+	if err != nil {
+		return 0, fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
+	}
+	var (
+		m       Message
+		txs     []string
+		payload uint64
+	)
+	for {
+		_, ok, err := r.Next(&m)
+		if err != nil {
+			return 0, fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
+		}
+		if !ok {
+			break
+		}
+		txs = append(txs, m.TxID)
+		payload += uint64(len(m.Payload))
+	}
+	count := uint64(r.Header.Count)
+	for _, tx := range txs {
+		ref, ok := t.TxID(p.ID, tx)
+		if ok && ref.Offset >= first && ref.Offset < first+count {
+			if err := t.del(bTxIDs, key8(p.ID, []byte(tx))); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if err := t.del(bSegments, key); err != nil {
+		return 0, err
+	}
+	p.Messages -= count
+	p.Bytes -= payload
+	p.Segments--
+	if p.Messages == 0 {
+		p.FirstOffset = p.NextOffset
+	} else if first == p.FirstOffset {
+		// The next segment's key is the new oldest offset.
+		c := t.buckets[bSegments].Cursor()
+		if k, _ := c.Seek(key88(p.ID, first)); k != nil && bytes.HasPrefix(k, be64(p.ID)) {
+			p.FirstOffset = u64(k[8:])
+		}
+	}
+	return count, nil
+}
+
+// ---- transaction-id index ----
+
+// TxRef is what the transaction-id index holds for the newest occurrence of
+// an id in a partition: its offset, when it was pushed, and its id sequence
+// (so a duplicate can be answered with the original message id without
+// reading the segment).
+type TxRef struct {
+	Offset   uint64
+	PushedAt int64
+	Seq      uint64
+}
+
+// MessageID is the id of the referenced message.
+func (r TxRef) MessageID() [16]byte { return MessageID(r.PushedAt, r.Seq) }
+
+// TxID resolves a transaction id in a partition to its newest occurrence.
+func (t *Tx) TxID(pid uint64, txid string) (TxRef, bool) {
+	v := t.get(bTxIDs, key8(pid, []byte(txid)))
+	if len(v) != 24 {
+		return TxRef{}, false
+	}
+	return TxRef{Offset: u64(v), PushedAt: int64(u64(v[8:])), Seq: u64(v[16:])}, true
+}
+
+// PutTxID points a transaction id at its newest occurrence.
+func (t *Tx) PutTxID(pid uint64, txid string, r TxRef) error {
+	v := make([]byte, 24)
+	putU64(v, r.Offset)
+	putU64(v[8:], uint64(r.PushedAt))
+	putU64(v[16:], r.Seq)
+	return t.put(bTxIDs, key8(pid, []byte(txid)), v)
+}
+
+// ---- consumer groups ----
+
+func groupKey(pid uint64, group string) []byte { return key8(pid, []byte(group)) }
+
+// Group loads a group's state on a partition, or nil when it has none.
+func (t *Tx) Group(pid uint64, group string) (*Group, error) {
+	v := t.get(bGroups, groupKey(pid, group))
+	if v == nil {
+		return nil, nil
+	}
+	g := new(Group)
+	return g, g.unmarshal(v)
+}
+
+// PutGroup stores a group's state on a partition.
+func (t *Tx) PutGroup(pid uint64, group string, g *Group) error {
+	return t.put(bGroups, groupKey(pid, group), g.marshal())
+}
+
+// DeleteGroup removes a group's state on a partition.
+func (t *Tx) DeleteGroup(pid uint64, group string) error {
+	return t.del(bGroups, groupKey(pid, group))
+}
+
+// ForEachGroup calls fn for every group with state on the partition, in name order.
+func (t *Tx) ForEachGroup(pid uint64, fn func(name string, g *Group) (bool, error)) error {
+	prefix := be64(pid)
+	c := t.buckets[bGroups].Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		g := new(Group)
+		if err := g.unmarshal(v); err != nil {
+			return err
+		}
+		if more, err := fn(string(k[8:]), g); err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// QueueGroup loads what a group keeps per queue.
+func (t *Tx) QueueGroup(qid uint64, group string) (*QueueGroup, error) {
+	v := t.get(bQueueGroup, key8(qid, []byte(group)))
+	if v == nil {
+		return nil, nil
+	}
+	qg := new(QueueGroup)
+	return qg, qg.unmarshal(v)
+}
+
+// PutQueueGroup stores what a group keeps per queue.
+func (t *Tx) PutQueueGroup(qid uint64, group string, qg *QueueGroup) error {
+	return t.put(bQueueGroup, key8(qid, []byte(group)), qg.marshal())
+}
+
+// ForEachQueueGroup calls fn for every group that has touched the queue.
+func (t *Tx) ForEachQueueGroup(qid uint64, fn func(group string, qg *QueueGroup) (bool, error)) error {
+	prefix := be64(qid)
+	c := t.buckets[bQueueGroup].Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		qg := new(QueueGroup)
+		if err := qg.unmarshal(v); err != nil {
+			return err
+		}
+		if more, err := fn(string(k[8:]), qg); err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// DeleteQueueGroup forgets a group's per-queue record.
+func (t *Tx) DeleteQueueGroup(qid uint64, group string) error {
+	return t.del(bQueueGroup, key8(qid, []byte(group)))
+}
+
+// ---- lease index ----
+
+func leaseKey(lease [16]byte, pid uint64, group string) []byte {
+	k := make([]byte, 0, 24+len(group))
+	k = append(k, lease[:]...)
+	k = binary.BigEndian.AppendUint64(k, pid)
+	return append(k, group...)
+}
+
+// IndexLease records that (pid, group) holds lease.
+func (t *Tx) IndexLease(lease [16]byte, pid uint64, group string) error {
+	return t.put(bLeases, leaseKey(lease, pid, group), nil)
+}
+
+// UnindexLease forgets that (pid, group) holds lease.
+func (t *Tx) UnindexLease(lease [16]byte, pid uint64, group string) error {
+	return t.del(bLeases, leaseKey(lease, pid, group))
+}
+
+// LeaseHolders lists the (partition, group) pairs indexed under lease.
+func (t *Tx) LeaseHolders(lease [16]byte) (pids []uint64, groups []string) {
+	c := t.buckets[bLeases].Cursor()
+	for k, _ := c.Seek(lease[:]); k != nil && bytes.HasPrefix(k, lease[:]); k, _ = c.Next() {
+		pids = append(pids, u64(k[16:]))
+		groups = append(groups, string(k[24:]))
+	}
+	return pids, groups
+}
+
+// ---- dead letters ----
+
+// AddDeadLetter numbers and stores a dead-letter entry.
+func (t *Tx) AddDeadLetter(d *DeadLetter) error {
+	seq, err := t.nextMeta(metaDLQSeq)
+	if err != nil {
+		return err
+	}
+	d.Seq = seq
+	return t.put(bDLQ, key88(d.QueueID, seq), marshalMsgpack(d))
+}
+
+// ForEachDeadLetter walks a queue's dead letters newest first.
+func (t *Tx) ForEachDeadLetter(qid uint64, fn func(*DeadLetter) (bool, error)) error {
+	prefix := be64(qid)
+	c := t.buckets[bDLQ].Cursor()
+	k, v := c.Seek(key88(qid, ^uint64(0)))
+	if k == nil || !bytes.HasPrefix(k, prefix) {
+		k, v = c.Prev()
+	}
+	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Prev() {
+		d := new(DeadLetter)
+		if err := unmarshalMsgpack(v, d); err != nil {
+			return err
+		}
+		if more, err := fn(d); err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// ---- subscriptions ----
+
+// SubKey builds the key of a subscription record.
+func SubKey(group string, kind byte, a, b string) []byte {
+	k := appendName(nil, group)
+	k = append(k, kind)
+	k = appendName(k, a)
+	if kind != SubQueue {
+		k = appendName(k, b)
+	}
+	return k
+}
+
+// Subscription loads a subscription record.
+func (t *Tx) Subscription(key []byte) (*Subscription, error) {
+	v := t.get(bSubs, key)
+	if v == nil {
+		return nil, nil
+	}
+	s := new(Subscription)
+	return s, unmarshalMsgpack(v, s)
+}
+
+// PutSubscription stores a subscription record.
+func (t *Tx) PutSubscription(key []byte, s *Subscription) error {
+	return t.put(bSubs, key, marshalMsgpack(s))
+}
+
+// ForEachSubscription walks every subscription record of a group.
+func (t *Tx) ForEachSubscription(group string, fn func(key []byte, s *Subscription) (bool, error)) error {
+	prefix := appendName(nil, group)
+	c := t.buckets[bSubs].Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		s := new(Subscription)
+		if err := unmarshalMsgpack(v, s); err != nil {
+			return err
+		}
+		if more, err := fn(bytes.Clone(k), s); err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// DeleteSubscription removes a subscription record.
+func (t *Tx) DeleteSubscription(key []byte) error { return t.del(bSubs, key) }
+
+// ---- nodes and settings ----
+
+// PutNode registers a cluster member's addresses.
+func (t *Tx) PutNode(n *Node) error { return t.put(bNodes, nameKey(n.ID), marshalMsgpack(n)) }
+
+// DeleteNode forgets a cluster member.
+func (t *Tx) DeleteNode(id string) error { return t.del(bNodes, nameKey(id)) }
+
+// Nodes lists the registered members in id order.
+func (t *Tx) Nodes() ([]Node, error) {
+	var out []Node
+	c := t.buckets[bNodes].Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		var n Node
+		if err := unmarshalMsgpack(v, &n); err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// Setting reads a cluster-wide setting.
+func (t *Tx) Setting(name string) []byte { return bytes.Clone(t.get(bSettings, []byte(name))) }
+
+// PutSetting writes a cluster-wide setting.
+func (t *Tx) PutSetting(name string, v []byte) error { return t.put(bSettings, []byte(name), v) }
+
+// ---- bulk deletion ----
+
+// DeletePrefix removes every key with the prefix from a bucket (by index).
+func (t *Tx) deletePrefix(b int, prefix []byte) error {
+	c := t.buckets[b].Cursor()
+	var keys [][]byte
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		keys = append(keys, bytes.Clone(k))
+	}
+	for _, k := range keys {
+		if err := t.del(b, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DeletePartitionData removes a partition, its segments, transaction ids,
+// group states and lease index entries.
+func (t *Tx) DeletePartitionData(p *Partition) error {
+	err := t.ForEachGroup(p.ID, func(name string, g *Group) (bool, error) {
+		if g.HasLease() {
+			return true, t.UnindexLease(g.LeaseID, p.ID, name)
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	prefix := be64(p.ID)
+	for _, b := range []int{bSegments, bTxIDs, bGroups} {
+		if err := t.deletePrefix(b, prefix); err != nil {
+			return err
+		}
+	}
+	if err := t.del(bPartUUIDs, p.UUID[:]); err != nil {
+		return err
+	}
+	if err := t.del(bPartIDs, prefix); err != nil {
+		return err
+	}
+	return t.del(bParts, key8(p.QueueID, []byte(p.Name)))
+}
+
+// DeleteQueue removes a queue with all its partitions, consumer state and
+// dead letters. Subscription records are kept (they are keyed by name).
+func (t *Tx) DeleteQueue(q *Queue) error {
+	var parts []*Partition
+	if err := t.ForEachPartition(q.ID, "", func(p *Partition) (bool, error) {
+		parts = append(parts, p)
+		return true, nil
+	}); err != nil {
+		return err
+	}
+	for _, p := range parts {
+		if err := t.DeletePartitionData(p); err != nil {
+			return err
+		}
+	}
+	for _, b := range []int{bDLQ, bQueueGroup} {
+		if err := t.deletePrefix(b, be64(q.ID)); err != nil {
+			return err
+		}
+	}
+	if err := t.del(bQueueIDs, be64(q.ID)); err != nil {
+		return err
+	}
+	return t.del(bQueues, nameKey(q.Name))
+}
+
+// CopyFile writes a consistent copy of the database to path (for restore tests and tools).
+func (s *Store) CopyFile(path string) error {
+	return s.db.View(func(tx *bolt.Tx) error { return tx.CopyFile(path, 0o600) })
+}
