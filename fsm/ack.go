@@ -102,7 +102,7 @@ func (s *ackSession) resolve(it *AckItem) (ackTarget, bool) {
 	}
 	c := s.cursor(p)
 	off := ref.Offset
-	if g := c.g; g != nil && g.HasLease() && (off < g.Next || off > g.LeaseLast) && g.Next <= g.LeaseLast {
+	if g := c.g; g != nil && g.LeaseLive(s.a.now) && (off < g.Next || off > g.LeaseLast) && g.Next <= g.LeaseLast {
 		must(s.a.tx.Scan(p.ID, g.Next, func(sm *segments.StoredMessage) (bool, error) {
 			if sm.Offset > g.LeaseLast {
 				return false, nil
@@ -214,9 +214,11 @@ func (s *ackSession) advance(c *groupCursor, off uint64) bool {
 		g.LastConsumedAt = s.a.now
 		c.dirty = true
 	}
-	if g.HasLease() && g.Next > g.LeaseLast {
-		must(s.a.tx.UnindexLease(g.LeaseID, c.part.ID, s.group))
-		g.ClearLease()
+	if g.HasBatch() && g.Next > g.LeaseLast {
+		if g.HasLease() {
+			must(s.a.tx.UnindexLease(g.LeaseID, c.part.ID, s.group))
+		}
+		g.EndBatch()
 		g.Retry = 0
 		g.Batches++
 		c.dirty = true

@@ -19,6 +19,8 @@ const (
 	TypeDeleteQueue  Type = 7
 	TypeRegisterNode Type = 8
 	TypeRemoveNode   Type = 9
+	TypeSweep        Type = 10
+	TypeExpireLeases Type = 11
 )
 
 // Command is one state change. Every field a rule needs is carried in the
@@ -186,6 +188,27 @@ type RemoveNode struct {
 	ID       string
 }
 
+// Sweep applies a queue's deletion rules (retentionSeconds,
+// completedRetentionSeconds, maxWaitTimeSeconds) at the entry's time,
+// deleting at most MaxSegments whole segments. The leader decides when to
+// sweep; the state decides what goes, so proposing the same sweep twice
+// deletes nothing more the second time.
+type Sweep struct {
+	_msgpack    struct{} `msgpack:",as_array"`
+	Queue       string
+	MaxSegments uint32
+}
+
+// ExpireLeases clears leases that expired more than Grace microseconds
+// before the entry's time, at most Max of them. Expired leases are already
+// treated as absent by pops; this removes their records so they stop
+// counting as processing and their index entries go away.
+type ExpireLeases struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Grace    int64
+	Max      uint32
+}
+
 func (*Configure) Type() Type    { return TypeConfigure }
 func (*Push) Type() Type         { return TypePush }
 func (*Lease) Type() Type        { return TypeLease }
@@ -195,6 +218,8 @@ func (*Transaction) Type() Type  { return TypeTransaction }
 func (*DeleteQueue) Type() Type  { return TypeDeleteQueue }
 func (*RegisterNode) Type() Type { return TypeRegisterNode }
 func (*RemoveNode) Type() Type   { return TypeRemoveNode }
+func (*Sweep) Type() Type        { return TypeSweep }
+func (*ExpireLeases) Type() Type { return TypeExpireLeases }
 
 // SizeHint estimates a command's encoded size, so the proposer can bound an
 // entry without encoding twice.

@@ -72,5 +72,16 @@ func (c *Counters) count(cmd Command, result any) {
 		}
 	case *TransactionResult:
 		c.Transactions++
+		if !r.Success {
+			return
+		}
+		for _, op := range r.Results {
+			if op.Kind == OpPush && op.Status == PushQueued {
+				c.PushMessages++
+			}
+			if op.DLQ {
+				c.DLQ++
+			}
+		}
 	}
 }

@@ -198,8 +198,7 @@ func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
 func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	results := make([]any, len(logs))
 	events := &Events{}
-	f.mu.RLock()
-	err := f.store.Update(func(tx *segments.Tx) error {
+	err := f.update(func(tx *segments.Tx) error {
 		applied := tx.Applied()
 		first := applied
 		now := tx.Now()
@@ -220,7 +219,6 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		must(counters.store(tx))
 		return tx.SetApplied(applied)
 	})
-	f.mu.RUnlock()
 	if errors.Is(err, errNothing) {
 		return results
 	}
@@ -236,6 +234,13 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 }
 
 var errNothing = errors.New("nothing to apply")
+
+// update runs a write transaction with the store pinned against Restore.
+func (f *FSM) update(fn func(tx *segments.Tx) error) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.store.Update(fn)
+}
 
 func (f *FSM) applyEntry(tx *segments.Tx, l *raft.Log, now *int64, events *Events, counters *Counters) any {
 	e, err := DecodeEntry(l.Data)

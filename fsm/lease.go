@@ -117,9 +117,10 @@ func (a *applier) touchQueueGroup(qid uint64, group string, rrFrom *string) {
 type eligibility struct {
 	g       *segments.Group // nil when the group has no state here
 	start   uint64
-	visible int64 // messages created at or before this time are visible
-	ok      bool  // worth scanning: not leased, not held, something after start
-	wakeAt  int64 // when not ok: unix µs at which to look again, 0 if only a push helps
+	visible int64  // messages created at or before this time are visible
+	before  uint64 // when non-zero, offsets from here on are held by windowBuffer
+	ok      bool   // worth scanning: not leased, not held, something after start
+	wakeAt  int64  // when not ok: unix µs at which to look again, 0 if only a push helps
 }
 
 func checkPartition(tx *segments.Tx, q *segments.Queue, part *segments.Partition, c *Lease, now int64) eligibility {
@@ -139,9 +140,14 @@ func checkPartition(tx *segments.Tx, q *segments.Queue, part *segments.Partition
 		e.wakeAt = e.g.LeaseExpiry
 		return e
 	}
-	if until := windowHeldUntil(part, q.Options.WindowBuffer, now, c); until > 0 {
-		e.wakeAt = until
-		return e
+	if until, from := windowHeld(part, q.Options.WindowBuffer, now, c); until > 0 {
+		if e.start >= from {
+			e.wakeAt = until
+			return e
+		}
+		// Only the current burst is held: what an ended burst collected
+		// still delivers, up to the held tail.
+		e.before = from
 	}
 	e.visible = now - q.Options.DelayedProcessing*1e6
 	e.ok = true
@@ -167,9 +173,9 @@ func (a *applier) tryClaim(p *popState, q *segments.Queue, part *segments.Partit
 		msgs []DeliveredMessage
 	)
 	must(a.tx.Scan(part.ID, start, func(sm *segments.StoredMessage) (bool, error) {
-		if sm.CreatedAt > e.visible {
-			// Commit times are monotone in a partition: the delayed rest is a
-			// contiguous tail.
+		if sm.CreatedAt > e.visible || (e.before != 0 && sm.Offset >= e.before) {
+			// Commit times are monotone in a partition: the delayed (or
+			// window-held) rest is a contiguous tail.
 			return false, nil
 		}
 		n++
@@ -191,8 +197,8 @@ func (a *applier) tryClaim(p *popState, q *segments.Queue, part *segments.Partit
 		g = &segments.Group{Next: start}
 	} else if g.HasLease() {
 		must(a.tx.UnindexLease(g.LeaseID, part.ID, c.Group))
-		g.ClearLease()
 	}
+	g.EndBatch()
 	if g.Next < start {
 		g.Next = start
 	}
@@ -235,29 +241,29 @@ func leaseSeconds(request, queue int64) int64 {
 	}
 }
 
-// windowHeldUntil reports until when windowBuffer holds the partition (0
-// when it does not hold it at now). With the hot-list rule a burst is held
-// until its first push plus the window, or until WindowBatch messages have
-// accumulated; with the SQL rule a partition written within the window
-// delivers nothing.
-func windowHeldUntil(p *segments.Partition, windowSeconds, now int64, c *Lease) int64 {
+// windowHeld reports until when windowBuffer holds a partition at now (0:
+// not held) and the first offset it holds. With the hot-list rule a burst is
+// held from its first offset until its first push plus the window, or until
+// WindowBatch messages have accumulated. With the SQL rule a partition
+// written within the window delivers nothing at all.
+func windowHeld(p *segments.Partition, windowSeconds, now int64, c *Lease) (until int64, from uint64) {
 	if windowSeconds <= 0 {
-		return 0
+		return 0, 0
 	}
 	w := windowSeconds * 1e6
 	if c.SQLWindow {
 		if p.Messages > 0 && now < p.LastCreatedAt+w {
-			return p.LastCreatedAt + w
+			return p.LastCreatedAt + w, 0
 		}
-		return 0
+		return 0, 0
 	}
 	if p.WindowMark == 0 || now >= p.WindowMark+w {
-		return 0
+		return 0, 0
 	}
 	if c.WindowBatch != 0 && p.WindowCount >= c.WindowBatch {
-		return 0
+		return 0, 0
 	}
-	return p.WindowMark + w
+	return p.WindowMark + w, p.WindowFirst
 }
 
 // firstContactKey is the subscription record a pop would store on first

@@ -80,7 +80,7 @@ func (a *applier) push(items []PushItem) []PushItemResult {
 		n := uint64(len(t.msgs))
 		base := must1(a.tx.ReserveIDs(n))
 		must1(a.tx.AppendSegment(t.part, a.now, base, t.msgs))
-		markWindow(t.part, t.queue.Options.WindowBuffer, a.now, n)
+		markWindow(t.part, t.queue.Options.WindowBuffer, a.now, t.part.NextOffset-n, n)
 		must(a.tx.PutPartition(t.part))
 		for k, ri := range t.items {
 			results[ri].MessageID = segments.MessageID(a.now, base+uint64(k))
@@ -94,14 +94,14 @@ func (a *applier) push(items []PushItem) []PushItemResult {
 }
 
 // markWindow tracks the windowBuffer burst of a partition: a push after the
-// previous burst's window has passed starts a new one.
-func markWindow(p *segments.Partition, windowSeconds, now int64, n uint64) {
+// previous burst's window has passed starts a new one at its first offset.
+func markWindow(p *segments.Partition, windowSeconds, now int64, first, n uint64) {
 	if windowSeconds <= 0 {
-		p.WindowMark, p.WindowCount = 0, 0
+		p.WindowMark, p.WindowCount, p.WindowFirst = 0, 0, 0
 		return
 	}
 	if p.WindowMark == 0 || now >= p.WindowMark+windowSeconds*1e6 {
-		p.WindowMark, p.WindowCount = now, n
+		p.WindowMark, p.WindowCount, p.WindowFirst = now, n, first
 		return
 	}
 	p.WindowCount += n

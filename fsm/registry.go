@@ -26,6 +26,8 @@ var registry = [...]commandSpec{
 	TypeDeleteQueue:  spec("delete_queue", applyDeleteQueue),
 	TypeRegisterNode: spec("register_node", applyRegisterNode),
 	TypeRemoveNode:   spec("remove_node", applyRemoveNode),
+	TypeSweep:        spec("sweep", applySweep),
+	TypeExpireLeases: spec("expire_leases", applyExpireLeases),
 }
 
 func spec[C any, PC interface {

@@ -105,3 +105,19 @@ func (c *RemoveNode) Validate() error { return checkNames("node id", c.ID) }
 func (m *Malformed) Validate() error {
 	return fmt.Errorf("%s command did not decode: %s", TypeName(m.Of), m.Err)
 }
+
+// Validate checks the command's limits.
+func (c *Sweep) Validate() error {
+	if c.MaxSegments == 0 {
+		return fmt.Errorf("sweep of %q with a zero segment budget", c.Queue)
+	}
+	return checkNames("queue", c.Queue)
+}
+
+// Validate checks the command's limits.
+func (c *ExpireLeases) Validate() error {
+	if c.Max == 0 || c.Grace < 0 {
+		return fmt.Errorf("lease sweep with budget %d and grace %d", c.Max, c.Grace)
+	}
+	return nil
+}

@@ -53,6 +53,9 @@ func (f *FSM) CheckPop(c *Lease, now int64) (PopCheck, error) {
 				return true
 			}
 			must(tx.Scan(part.ID, e.start, func(sm *segments.StoredMessage) (bool, error) {
+				if e.before != 0 && sm.Offset >= e.before {
+					return false, nil
+				}
 				if sm.CreatedAt > e.visible {
 					wake(sm.CreatedAt + q.Options.DelayedProcessing*1e6)
 					return false, nil
@@ -355,4 +358,18 @@ func (f *FSM) Counters() (Counters, error) {
 		return nil
 	})
 	return c, err
+}
+
+// SweepTargets lists the queues with at least one deletion rule on, in name order.
+func (f *FSM) SweepTargets() ([]string, error) {
+	var out []string
+	err := f.View(func(tx *segments.Tx) error {
+		return tx.ForEachQueue(func(q *segments.Queue) (bool, error) {
+			if HasRules(&q.Options) {
+				out = append(out, q.Name)
+			}
+			return true, nil
+		})
+	})
+	return out, err
 }

@@ -114,8 +114,14 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, o
 			if errors.Is(err, raftnode.ErrNotLeader) {
 				continue
 			}
-			if err != nil {
-				writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
+			switch {
+			case errors.Is(err, raftnode.ErrNoMember):
+				writeError(w, &apiError{Status: 404, Code: codeNotFound, Message: err.Error()})
+				return false
+			case err != nil:
+				// Membership changes and transfers fail when a peer is
+				// unreachable or still catching up: retryable, not a bug.
+				writeError(w, &apiError{Status: 503, Code: codeUnavailable, Message: err.Error()})
 				return false
 			}
 			return true

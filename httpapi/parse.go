@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/crownmq/crown/fsm"
 )
@@ -74,8 +75,8 @@ func jsonString(raw json.RawMessage) (string, bool) {
 	if len(raw) < 2 || raw[0] != '"' {
 		return "", false
 	}
-	if bytes.IndexByte(raw, '\\') < 0 {
-		return string(raw[1 : len(raw)-1]), true
+	if inner := raw[1 : len(raw)-1]; bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		return string(inner), true
 	}
 	var s string
 	if json.Unmarshal(raw, &s) != nil {
@@ -106,13 +107,16 @@ func checkName(field, s string) *apiError {
 
 // ---- push ----
 
+// rawPushItem holds a push item's members, matched by exact (case-
+// sensitive) name: encoding/json's struct decoding would also accept
+// "QUEUE" or "Partition", which Queen does not.
 type rawPushItem struct {
-	Queue         json.RawMessage `json:"queue"`
-	Partition     json.RawMessage `json:"partition"`
-	Payload       json.RawMessage `json:"payload"`
-	Data          json.RawMessage `json:"data"`
-	TransactionID json.RawMessage `json:"transactionId"`
-	TraceID       json.RawMessage `json:"traceId"`
+	Queue, Partition, Payload, Data, TransactionID, TraceID json.RawMessage
+}
+
+func rawPushItemOf(m map[string]json.RawMessage) rawPushItem {
+	return rawPushItem{Queue: m["queue"], Partition: m["partition"], Payload: m["payload"], Data: m["data"],
+		TransactionID: m["transactionId"], TraceID: m["traceId"]}
 }
 
 // parsePushItems validates push items (queen-api.md 3.5). allowData accepts
@@ -138,10 +142,11 @@ func parsePushItems(raw json.RawMessage, field string, lim Limits, allowData boo
 }
 
 func parsePushItem(raw json.RawMessage, where string, lim Limits, allowData bool, out *fsm.PushItem) *apiError {
-	var r rawPushItem
-	if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &r) != nil {
+	m, err := decodeObject(raw, where)
+	if err != nil {
 		return badRequest(codeInvalidField, where, "%s must be an object", where)
 	}
+	r := rawPushItemOf(m)
 	return r.into(where, lim, allowData, out)
 }
 
@@ -337,13 +342,14 @@ func jsonBool(raw json.RawMessage) (bool, bool) {
 
 // ---- acks ----
 
+// rawAck holds an acknowledgment's members, matched by exact name.
 type rawAck struct {
-	TransactionID json.RawMessage `json:"transactionId"`
-	PartitionID   json.RawMessage `json:"partitionId"`
-	LeaseID       json.RawMessage `json:"leaseId"`
-	Status        json.RawMessage `json:"status"`
-	ConsumerGroup json.RawMessage `json:"consumerGroup"`
-	Error         json.RawMessage `json:"error"`
+	TransactionID, PartitionID, LeaseID, Status, ConsumerGroup, Error json.RawMessage
+}
+
+func rawAckOf(m map[string]json.RawMessage) rawAck {
+	return rawAck{TransactionID: m["transactionId"], PartitionID: m["partitionId"], LeaseID: m["leaseId"],
+		Status: m["status"], ConsumerGroup: m["consumerGroup"], Error: m["error"]}
 }
 
 func (r *rawAck) item(where, txMsg, partMsg string) (fsm.AckItem, *apiError) {
@@ -366,8 +372,11 @@ func (r *rawAck) item(where, txMsg, partMsg string) (fsm.AckItem, *apiError) {
 		return it, err
 	}
 	if present && lease != "" {
-		// A lease id that is not a UUID can never match a live lease.
-		it.LeaseID, _ = parseUUID(lease)
+		// A lease id that is not a UUID keeps the zero id, which never
+		// matches a live lease.
+		if id, ok := parseUUID(lease); ok {
+			it.LeaseID = id
+		}
 		it.HasLease = true
 	}
 	status, present, err := optString(r.Status, where+"status", "status must be a string")
@@ -411,13 +420,11 @@ func groupOf(raw json.RawMessage, field string) (string, *apiError) {
 
 // parseAck reads POST /api/v1/ack.
 func parseAck(body []byte) (*fsm.Ack, *apiError) {
-	var r rawAck
-	if _, err := decodeObject(body, ""); err != nil {
+	m, err := decodeObject(body, "")
+	if err != nil {
 		return nil, err
 	}
-	if err := json.Unmarshal(body, &r); err != nil {
-		return nil, badRequest(codeInvalidJSON, "", "Invalid JSON: %v", err)
-	}
+	r := rawAckOf(m)
 	it, err := r.item("", "transactionId is required", "partitionId is required to ensure message uniqueness")
 	if err != nil {
 		return nil, err
@@ -453,10 +460,11 @@ func parseAckBatch(body []byte, lim Limits) (*fsm.Ack, *apiError) {
 	c := &fsm.Ack{Group: g, Items: make([]fsm.AckItem, len(items))}
 	for i, raw := range items {
 		where := fmt.Sprintf("acknowledgments[%d].", i)
-		var r rawAck
-		if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &r) != nil {
+		am, aerr := decodeObject(raw, strings.TrimSuffix(where, "."))
+		if aerr != nil {
 			return nil, badRequest(codeInvalidField, strings.TrimSuffix(where, "."), "Each acknowledgment must be an object")
 		}
+		r := rawAckOf(am)
 		if c.Items[i], err = r.item(where, "Each acknowledgment must have a valid transactionId string",
 			"Each acknowledgment must have a valid partitionId string"); err != nil {
 			return nil, err
@@ -490,17 +498,35 @@ func parseTransaction(body []byte, lim Limits) (*fsm.Transaction, *apiError) {
 		return nil, badRequest(codeLimit, "operations", "operations holds %d items; the limit is %d per request", len(ops), lim.MaxItems)
 	}
 	c := &fsm.Transaction{Ops: make([]fsm.TxOp, len(ops))}
+	items := 0
 	for i, raw := range ops {
-		c.Ops[i] = parseTxOp(raw, fmt.Sprintf("operations[%d]", i), lim)
+		op, aerr := parseTxOp(raw, fmt.Sprintf("operations[%d]", i), lim)
+		if aerr != nil {
+			return nil, aerr
+		}
+		if items += len(op.Items); items > lim.MaxItems {
+			return nil, badRequest(codeLimit, "operations", "the transaction pushes more than %d items; the limit is %d per request", lim.MaxItems, lim.MaxItems)
+		}
+		c.Ops[i] = op
 	}
 	return c, nil
 }
 
-func parseTxOp(raw json.RawMessage, where string, lim Limits) fsm.TxOp {
+// parseTxOp reads one operation. An operation that cannot run (unknown
+// type, invalid item) becomes OpInvalid and fails the transaction inside a
+// 200 (queen-api.md 4.15); a documented limit exceeded is a request-level
+// 400, as on every other endpoint.
+func parseTxOp(raw json.RawMessage, where string, lim Limits) (fsm.TxOp, *apiError) {
 	invalid := func(msg string) fsm.TxOp { return fsm.TxOp{Kind: fsm.OpInvalid, Name: msg} }
+	failed := func(err *apiError) (fsm.TxOp, *apiError) {
+		if err.Code == codeLimit {
+			return fsm.TxOp{}, err
+		}
+		return invalid(err.Message), nil
+	}
 	m, aerr := decodeObject(raw, where)
 	if aerr != nil {
-		return invalid(where + " must be an object")
+		return invalid(where + " must be an object"), nil
 	}
 	typ, _ := jsonString(m["type"])
 	switch typ {
@@ -508,38 +534,32 @@ func parseTxOp(raw json.RawMessage, where string, lim Limits) fsm.TxOp {
 		if items, ok := m["items"]; ok && !isNull(items) {
 			its, err := parsePushItems(items, where+".items", lim, true)
 			if err != nil {
-				return invalid(err.Message)
+				return failed(err)
 			}
-			return fsm.TxOp{Kind: fsm.OpPush, Items: its}
+			return fsm.TxOp{Kind: fsm.OpPush, Items: its}, nil
 		}
-		var r rawPushItem
 		var it fsm.PushItem
-		if json.Unmarshal(raw, &r) != nil {
-			return invalid(where + " must be an object")
-		}
+		r := rawPushItemOf(m)
 		if err := r.into(where, lim, true, &it); err != nil {
-			return invalid(err.Message)
+			return failed(err)
 		}
-		return fsm.TxOp{Kind: fsm.OpPush, Items: []fsm.PushItem{it}}
+		return fsm.TxOp{Kind: fsm.OpPush, Items: []fsm.PushItem{it}}, nil
 	case "ack":
-		var r rawAck
-		if json.Unmarshal(raw, &r) != nil {
-			return invalid(where + " must be an object")
-		}
+		r := rawAckOf(m)
 		it, err := r.item(where+".", "transactionId is required", "partitionId is required to ensure message uniqueness")
 		if err != nil {
-			return invalid(err.Message)
+			return failed(err)
 		}
 		g, err := groupOf(r.ConsumerGroup, where+".consumerGroup")
 		if err != nil {
-			return invalid(err.Message)
+			return failed(err)
 		}
-		return fsm.TxOp{Kind: fsm.OpAck, Ack: it, Group: g}
+		return fsm.TxOp{Kind: fsm.OpAck, Ack: it, Group: g}, nil
 	}
 	if typ == "" {
-		return invalid(where + ".type is required")
+		return invalid(where + ".type is required"), nil
 	}
-	return invalid("Unknown operation type: " + typ)
+	return invalid("Unknown operation type: " + typ), nil
 }
 
 // ---- lease extension ----

@@ -12,6 +12,9 @@ import (
 	"github.com/crownmq/crown/fsm"
 )
 
+// maxPopTimeout bounds a long-poll; larger timeouts are clamped.
+const maxPopTimeout = time.Hour
+
 type popRequest struct {
 	lease   fsm.Lease
 	wait    bool
@@ -51,6 +54,8 @@ func (s *Server) parsePop(r *http.Request, scope uint8) (popRequest, *apiError, 
 	if timeout < 0 {
 		timeout = s.cfg.DefaultPopTimeout.Milliseconds()
 	}
+	// Clamped well below the int64 nanosecond range of time.Duration.
+	timeout = min(timeout, maxPopTimeout.Milliseconds())
 	p.timeout = time.Duration(timeout) * time.Millisecond
 	l.Group = q.Get("consumerGroup")
 	if l.Group == "" {

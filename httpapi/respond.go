@@ -98,7 +98,7 @@ func parseUUID(s string) ([16]byte, bool) {
 		return id, false
 	}
 	if _, err := hex.Decode(id[:], []byte(s)); err != nil {
-		return id, false
+		return [16]byte{}, false
 	}
 	return id, true
 }

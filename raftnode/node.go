@@ -390,8 +390,11 @@ func (n *Node) TransferLeadership(id string) error {
 			return n.leaderOp(n.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(m.Address)))
 		}
 	}
-	return fmt.Errorf("no member %q", id)
+	return fmt.Errorf("%w: %q", ErrNoMember, id)
 }
+
+// ErrNoMember reports a membership operation naming an unknown server.
+var ErrNoMember = errors.New("no such member")
 
 func (n *Node) leaderOp(f raft.Future) error {
 	err := f.Error()

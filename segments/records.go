@@ -70,6 +70,7 @@ type Partition struct {
 	LastCreatedAt int64  // createdAt of the newest message ever pushed
 	WindowMark    int64  // start of the current windowBuffer burst, 0 if none
 	WindowCount   uint64 // messages pushed since WindowMark
+	WindowFirst   uint64 // first offset of the current burst
 }
 
 const partitionFixed = 8 + 8 + 16 + 8*10
@@ -83,7 +84,7 @@ func (p *Partition) marshal() []byte {
 	}
 	o += copy(b[o:], p.UUID[:])
 	for _, v := range []uint64{uint64(p.CreatedAt), p.NextOffset, p.FirstOffset, p.Messages,
-		p.Bytes, p.Segments, uint64(p.LastCreatedAt), uint64(p.WindowMark), p.WindowCount, 0} {
+		p.Bytes, p.Segments, uint64(p.LastCreatedAt), uint64(p.WindowMark), p.WindowCount, p.WindowFirst} {
 		putU64(b[o:], v)
 		o += 8
 	}
@@ -106,6 +107,7 @@ func (p *Partition) unmarshal(b []byte) error {
 	p.LastCreatedAt = int64(u64(f[48:]))
 	p.WindowMark = int64(u64(f[56:]))
 	p.WindowCount = u64(f[64:])
+	p.WindowFirst = u64(f[72:])
 	p.Name = string(b[partitionFixed:])
 	return nil
 }
@@ -117,9 +119,13 @@ type Group struct {
 	Next uint64
 	// The lease, present when LeaseID is non-zero. A lease whose expiry is not
 	// after the current command time is treated as absent.
-	LeaseID        [16]byte
-	LeaseExpiry    int64  // unix µs
-	LeaseLast      uint64 // last offset delivered under the lease
+	LeaseID     [16]byte
+	LeaseExpiry int64 // unix µs
+	// The current batch: the last offset delivered by the latest pop and how
+	// many it delivered (LeaseLast 0: none). It outlives the lease record,
+	// so a batch completed by acks after its lease expired or was cleared
+	// still resets the retry counter.
+	LeaseLast      uint64
 	LeaseDelivered uint64
 	Retry          uint64 // charged failures of the current batch
 	Consumed       uint64 // totalConsumed
@@ -135,10 +141,19 @@ func (g *Group) HasLease() bool { return g.LeaseID != [16]byte{} }
 // LeaseLive reports whether the lease is present and not expired at now.
 func (g *Group) LeaseLive(now int64) bool { return g.HasLease() && g.LeaseExpiry > now }
 
-// ClearLease drops the lease record.
+// HasBatch reports whether a delivered batch is outstanding.
+func (g *Group) HasBatch() bool { return g.LeaseLast != 0 }
+
+// ClearLease drops the lease (id and expiry) and keeps the batch.
 func (g *Group) ClearLease() {
 	g.LeaseID = [16]byte{}
-	g.LeaseExpiry, g.LeaseLast, g.LeaseDelivered = 0, 0, 0
+	g.LeaseExpiry = 0
+}
+
+// EndBatch drops the lease and the batch.
+func (g *Group) EndBatch() {
+	g.ClearLease()
+	g.LeaseLast, g.LeaseDelivered = 0, 0
 }
 
 func (g *Group) marshal() []byte {

@@ -239,9 +239,12 @@ func (t *Tx) del(b int, key []byte) error {
 }
 
 func (t *Tx) record(b int, key []byte) {
-	old := t.buckets[b].Get(key)
-	r := undoRec{b: b, key: bytes.Clone(key), existed: old != nil}
-	if old != nil {
+	// A cursor, not Get: bbolt's Get answers nil for an empty value written
+	// earlier in the same transaction, which would turn "restore the empty
+	// value" into "delete the key".
+	k, old := t.buckets[b].Cursor().Seek(key)
+	r := undoRec{b: b, key: bytes.Clone(key), existed: bytes.Equal(k, key)}
+	if r.existed {
 		r.old = bytes.Clone(old)
 	}
 	t.undo = append(t.undo, r)
@@ -789,7 +792,7 @@ func leaseKey(lease [16]byte, pid uint64, group string) []byte {
 
 // IndexLease records that (pid, group) holds lease.
 func (t *Tx) IndexLease(lease [16]byte, pid uint64, group string) error {
-	return t.put(bLeases, leaseKey(lease, pid, group), nil)
+	return t.put(bLeases, leaseKey(lease, pid, group), []byte{1})
 }
 
 // UnindexLease forgets that (pid, group) holds lease.
@@ -805,6 +808,23 @@ func (t *Tx) LeaseHolders(lease [16]byte) (pids []uint64, groups []string) {
 		groups = append(groups, string(k[24:]))
 	}
 	return pids, groups
+}
+
+// ForEachLease walks the lease index in lease-id order (oldest lease first:
+// ids are time-ordered).
+func (t *Tx) ForEachLease(fn func(lease [16]byte, pid uint64, group string) (bool, error)) error {
+	c := t.buckets[bLeases].Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		if len(k) < 24 {
+			return fmt.Errorf("lease index key of %d bytes: %w", len(k), ErrCorrupt)
+		}
+		var id [16]byte
+		copy(id[:], k)
+		if more, err := fn(id, u64(k[16:]), string(k[24:])); err != nil || !more {
+			return err
+		}
+	}
+	return nil
 }
 
 // ---- dead letters ----

@@ -1,0 +1,172 @@
+package fsm
+
+import (
+	"github.com/crownmq/crown/segments"
+)
+
+// Deletion rules, indexes of SweepResult's per-rule counts.
+const (
+	RuleRetention = iota // retentionSeconds: age only
+	RuleCompleted        // completedRetentionSeconds: age and consumed by every group
+	RuleMaxWait          // maxWaitTimeSeconds: age only, ignores retentionEnabled and leases
+	numRules
+)
+
+// RuleNames name the rules in metrics.
+var RuleNames = [numRules]string{"retention", "completed_retention", "max_wait"}
+
+// SweepResult reports what one sweep deleted, per rule, and whether its
+// budget ran out before the queue was clean (the leader then sweeps again).
+type SweepResult struct {
+	Segments [numRules]uint64
+	Messages [numRules]uint64
+	More     bool
+}
+
+// sweepCutoffs are the commit-time cutoffs of a queue's rules at now
+// (unix µs); 0 means the rule is off.
+type sweepCutoffs [numRules]int64
+
+func cutoffsOf(o *segments.Options, now int64) sweepCutoffs {
+	var c sweepCutoffs
+	if o.RetentionEnabled && o.RetentionSeconds > 0 {
+		c[RuleRetention] = now - o.RetentionSeconds*1e6
+	}
+	if o.RetentionEnabled && o.CompletedRetentionSeconds > 0 {
+		c[RuleCompleted] = now - o.CompletedRetentionSeconds*1e6
+	}
+	if o.MaxWaitTimeSeconds > 0 {
+		c[RuleMaxWait] = now - o.MaxWaitTimeSeconds*1e6
+	}
+	return c
+}
+
+// HasRules reports whether any deletion rule is on for the options.
+func HasRules(o *Options) bool { return cutoffsOf(o, 0) != sweepCutoffs{} }
+
+// applySweep deletes, partition by partition, the oldest whole segments that
+// some rule condemns, stopping at each partition's first survivor (commit
+// times and offsets only grow along a partition, so what a rule condemns is
+// always a prefix). Consumers positioned inside a deleted range resume at
+// the next stored offset; dead letters are never touched.
+func applySweep(a *applier, c *Sweep) any {
+	res := &SweepResult{}
+	q := must1(a.tx.Queue(c.Queue))
+	if q == nil {
+		return res
+	}
+	cut := cutoffsOf(&q.Options, a.now)
+	if cut == (sweepCutoffs{}) {
+		return res
+	}
+	budget := uint64(c.MaxSegments)
+	var parts []*segments.Partition
+	must(a.tx.ForEachPartition(q.ID, "", func(p *segments.Partition) (bool, error) {
+		if p.Messages > 0 {
+			parts = append(parts, p)
+		}
+		return true, nil
+	}))
+	for _, p := range parts {
+		if budget == 0 {
+			res.More = true
+			break
+		}
+		// The completed rule is capped by the slowest group's position;
+		// a partition no group has read contributes nothing to it.
+		var slowest uint64
+		groups := 0
+		must(a.tx.ForEachGroup(p.ID, func(_ string, g *segments.Group) (bool, error) {
+			if groups == 0 || g.Next < slowest {
+				slowest = g.Next
+			}
+			groups++
+			return true, nil
+		}))
+		var doomed []segments.SegmentInfo
+		var rules []int
+		must(a.tx.Segments(p.ID, func(si segments.SegmentInfo) (bool, error) {
+			rule := -1
+			switch {
+			case cut[RuleMaxWait] != 0 && si.CreatedAt < cut[RuleMaxWait]:
+				rule = RuleMaxWait
+			case cut[RuleRetention] != 0 && si.CreatedAt < cut[RuleRetention]:
+				rule = RuleRetention
+			case cut[RuleCompleted] != 0 && si.CreatedAt < cut[RuleCompleted] && groups > 0 && si.First+si.Count <= slowest:
+				rule = RuleCompleted
+			}
+			if rule < 0 {
+				return false, nil
+			}
+			if uint64(len(doomed)) == budget {
+				res.More = true
+				return false, nil
+			}
+			doomed = append(doomed, si)
+			rules = append(rules, rule)
+			return true, nil
+		}))
+		if len(doomed) == 0 {
+			continue
+		}
+		for i, si := range doomed {
+			n := must1(a.tx.DeleteSegment(p, si.First))
+			res.Segments[rules[i]]++
+			res.Messages[rules[i]] += n
+		}
+		budget -= uint64(len(doomed))
+		must(a.tx.PutPartition(p))
+		// Leases over deleted messages may now cover nothing: wake parked
+		// pops so they re-evaluate.
+		a.events.touch(q.Name)
+	}
+	return res
+}
+
+// ExpireLeasesResult reports how many lease records a sweep cleared.
+type ExpireLeasesResult struct {
+	Cleared uint64
+	More    bool
+}
+
+// applyExpireLeases clears lease records whose expiry is at least Grace in
+// the past. Lease ids are time-ordered, so the oldest come first.
+func applyExpireLeases(a *applier, c *ExpireLeases) any {
+	res := &ExpireLeasesResult{}
+	cutoff := a.now - c.Grace
+	type holder struct {
+		lease [16]byte
+		pid   uint64
+		group string
+	}
+	var stale []holder
+	scanned := 0
+	must(a.tx.ForEachLease(func(lease [16]byte, pid uint64, group string) (bool, error) {
+		scanned++
+		g := must1(a.tx.Group(pid, group))
+		if g == nil || g.LeaseID != lease || g.LeaseExpiry <= cutoff {
+			stale = append(stale, holder{lease, pid, group})
+		}
+		if uint32(len(stale)) == c.Max || scanned == int(c.Max)*8 {
+			res.More = true
+			return false, nil
+		}
+		return true, nil
+	}))
+	for _, h := range stale {
+		must(a.tx.UnindexLease(h.lease, h.pid, h.group))
+		g := must1(a.tx.Group(h.pid, h.group))
+		if g == nil || g.LeaseID != h.lease {
+			continue
+		}
+		g.ClearLease()
+		must(a.tx.PutGroup(h.pid, h.group, g))
+		if p := must1(a.tx.PartitionByID(h.pid)); p != nil {
+			if q := must1(a.tx.QueueByID(p.QueueID)); q != nil {
+				a.events.touch(q.Name)
+			}
+		}
+		res.Cleared++
+	}
+	return res
+}

@@ -1,0 +1,222 @@
+// Package maintenance runs Crown's leader-only timers. On the leader it
+// periodically proposes sweep commands through Raft (retention, maxWait and
+// completed-retention deletion; clearing long-expired leases); on followers
+// it does nothing. The state machine decides what each sweep deletes from
+// the entry's stamped time, so a sweep proposed twice, or by an old and a
+// new leader, deletes nothing twice. See DESIGN.md.
+package maintenance
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/crownmq/crown/fsm"
+)
+
+// Proposer commits commands (raftnode.Node).
+type Proposer interface {
+	Propose(ctx context.Context, cmd fsm.Command) (any, uint64, error)
+}
+
+// State lists what needs sweeping (fsm.FSM).
+type State interface {
+	SweepTargets() ([]string, error)
+}
+
+// Config tunes the timers.
+type Config struct {
+	// RetentionInterval is how often queues with deletion rules are swept
+	// (Queen's RETENTION_INTERVAL, default 5 s).
+	RetentionInterval time.Duration
+	// RetentionBatch bounds the segments one sweep command deletes
+	// (RETENTION_BATCH_SIZE, default 1000), so pushes interleave with a
+	// large deletion.
+	RetentionBatch uint32
+	// LeaseInterval is how often long-expired lease records are cleared
+	// (default 30 s); LeaseGrace is how long an expired lease is kept so an
+	// extension can still answer "Lease already expired" (default 5 min).
+	LeaseInterval time.Duration
+	LeaseGrace    time.Duration
+	LeaseBatch    uint32
+	Logger        *slog.Logger
+	Registry      prometheus.Registerer
+}
+
+func (c *Config) defaults() {
+	if c.RetentionInterval <= 0 {
+		c.RetentionInterval = 5 * time.Second
+	}
+	if c.RetentionBatch == 0 {
+		c.RetentionBatch = 1000
+	}
+	if c.LeaseInterval <= 0 {
+		c.LeaseInterval = 30 * time.Second
+	}
+	if c.LeaseGrace <= 0 {
+		c.LeaseGrace = 5 * time.Minute
+	}
+	if c.LeaseBatch == 0 {
+		c.LeaseBatch = 1000
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Runner starts the timers when this node gains leadership and stops them
+// when it loses it.
+type Runner struct {
+	cfg   Config
+	log   *slog.Logger
+	prop  Proposer
+	state State
+	m     *metrics
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New builds a runner; it does nothing until SetLeader(true).
+func New(cfg Config, p Proposer, s State) *Runner {
+	cfg.defaults()
+	return &Runner{cfg: cfg, log: cfg.Logger.With("component", "maintenance"), prop: p, state: s,
+		m: newMetrics(cfg.Registry)}
+}
+
+// SetLeader starts (true) or stops (false) the timers. Safe to call repeatedly.
+func (r *Runner) SetLeader(leader bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if leader == (r.cancel != nil) {
+		return
+	}
+	if !leader {
+		r.cancel()
+		r.cancel = nil
+		r.m.active.Set(0)
+		r.log.Info("timers stopped (not leader)")
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.m.active.Set(1)
+	r.log.Info("timers started (leader)", "retention_interval", r.cfg.RetentionInterval, "retention_batch", r.cfg.RetentionBatch)
+	r.wg.Add(2)
+	go r.every(ctx, r.cfg.RetentionInterval, r.sweepQueues)
+	go r.every(ctx, r.cfg.LeaseInterval, r.sweepLeases)
+}
+
+// Close stops the timers and waits for them.
+func (r *Runner) Close() {
+	r.SetLeader(false)
+	r.wg.Wait()
+}
+
+func (r *Runner) every(ctx context.Context, d time.Duration, fn func(context.Context)) {
+	defer r.wg.Done()
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn(ctx)
+		}
+	}
+}
+
+// propose commits one sweep; a lost leadership ends the round quietly.
+func (r *Runner) propose(ctx context.Context, cmd fsm.Command) (any, bool) {
+	res, _, err := r.prop.Propose(ctx, cmd)
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			r.log.Warn("sweep not committed", "command", fsm.TypeName(cmd.Type()), "error", err)
+		}
+		return nil, false
+	}
+	if er, ok := res.(*fsm.ErrorResult); ok {
+		r.log.Error("sweep refused", "command", fsm.TypeName(cmd.Type()), "error", er.Err)
+		return nil, false
+	}
+	return res, true
+}
+
+// sweepQueues sweeps every queue with a deletion rule, in bounded steps:
+// while a sweep reports more to delete, the next one follows at once, each
+// its own log entry so pushes interleave.
+func (r *Runner) sweepQueues(ctx context.Context) {
+	queues, err := r.state.SweepTargets()
+	if err != nil {
+		r.log.Error("list sweep targets", "error", err)
+		return
+	}
+	for _, q := range queues {
+		for ctx.Err() == nil {
+			res, ok := r.propose(ctx, &fsm.Sweep{Queue: q, MaxSegments: r.cfg.RetentionBatch})
+			if !ok {
+				return
+			}
+			sr := res.(*fsm.SweepResult)
+			r.m.sweeps.WithLabelValues("retention").Inc()
+			for rule, name := range fsm.RuleNames {
+				r.m.segments.WithLabelValues(name).Add(float64(sr.Segments[rule]))
+				r.m.messages.WithLabelValues(name).Add(float64(sr.Messages[rule]))
+				if sr.Segments[rule] > 0 {
+					r.log.Info("swept", "queue", q, "rule", name, "segments", sr.Segments[rule], "messages", sr.Messages[rule])
+				}
+			}
+			if !sr.More {
+				break
+			}
+		}
+	}
+}
+
+func (r *Runner) sweepLeases(ctx context.Context) {
+	for ctx.Err() == nil {
+		res, ok := r.propose(ctx, &fsm.ExpireLeases{Grace: r.cfg.LeaseGrace.Microseconds(), Max: r.cfg.LeaseBatch})
+		if !ok {
+			return
+		}
+		er := res.(*fsm.ExpireLeasesResult)
+		r.m.sweeps.WithLabelValues("leases").Inc()
+		r.m.leases.Add(float64(er.Cleared))
+		if !er.More {
+			return
+		}
+	}
+}
+
+type metrics struct {
+	active   prometheus.Gauge
+	sweeps   *prometheus.CounterVec
+	segments *prometheus.CounterVec
+	messages *prometheus.CounterVec
+	leases   prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		active: prometheus.NewGauge(prometheus.GaugeOpts{Name: "crown_maintenance_active",
+			Help: "1 while this node runs the leader-only timers."}),
+		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "crown_sweep_commands_total",
+			Help: "Sweep commands committed by this node as leader, by kind."}, []string{"kind"}),
+		segments: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "crown_sweep_segments_deleted_total",
+			Help: "Segments deleted by sweeps this node proposed, by rule."}, []string{"rule"}),
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "crown_sweep_messages_deleted_total",
+			Help: "Messages deleted by sweeps this node proposed, by rule."}, []string{"rule"}),
+		leases: prometheus.NewCounter(prometheus.CounterOpts{Name: "crown_sweep_leases_cleared_total",
+			Help: "Long-expired lease records cleared by sweeps this node proposed."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.active, m.sweeps, m.segments, m.messages, m.leases)
+	}
+	return m
+}

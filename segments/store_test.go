@@ -1,0 +1,566 @@
+package segments
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+func openStore(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), "state.db"), StoreOptions{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func update(t *testing.T, s *Store, fn func(tx *Tx) error) {
+	t.Helper()
+	if err := s.Update(fn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func view(t *testing.T, s *Store, fn func(tx *Tx) error) {
+	t.Helper()
+	if err := s.View(fn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// newPartition creates a queue and a partition in it.
+func newPartition(t *testing.T, tx *Tx, queue, name string) *Partition {
+	t.Helper()
+	q, err := tx.Queue(queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q == nil {
+		q = &Queue{Name: queue, UUID: [16]byte{byte(len(queue)), 1}}
+		if err := tx.CreateQueue(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := &Partition{QueueID: q.ID, Name: name, UUID: [16]byte{byte(len(queue)), byte(len(name)), 2}}
+	if err := tx.CreatePartition(p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// appendMsgs stores one segment of messages with the given transaction ids.
+func appendMsgs(t *testing.T, tx *Tx, p *Partition, createdAt int64, txids ...string) uint64 {
+	t.Helper()
+	msgs := make([]Message, len(txids))
+	for i, id := range txids {
+		msgs[i] = Message{TxID: id, Payload: []byte(fmt.Sprintf("%q", id))}
+	}
+	seq, err := tx.ReserveIDs(uint64(len(msgs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := tx.AppendSegment(p, createdAt, seq, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.PutPartition(p); err != nil {
+		t.Fatal(err)
+	}
+	return first
+}
+
+// scan lists "offset:txid" from an offset.
+func scan(t *testing.T, tx *Tx, pid, from uint64) []string {
+	t.Helper()
+	var out []string
+	err := tx.Scan(pid, from, func(sm *StoredMessage) (bool, error) {
+		out = append(out, fmt.Sprintf("%d:%s", sm.Offset, sm.TxID))
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestSavepointRollbackRestoresKeys(t *testing.T) {
+	s := openStore(t)
+	update(t, s, func(tx *Tx) error {
+		must(t, tx.PutSetting("keep", []byte("k")))
+		must(t, tx.PutSetting("overwrite", []byte("old")))
+		must(t, tx.PutSetting("delete", []byte("d")))
+		must(t, tx.PutNode(&Node{ID: "n1", RaftAddr: "r"}))
+		return nil
+	})
+	_, before, _ := s.Digest()
+	update(t, s, func(tx *Tx) error {
+		sp := tx.Savepoint()
+		must(t, tx.PutSetting("new", []byte("n")))
+		must(t, tx.PutSetting("overwrite", []byte("new")))
+		must(t, tx.PutSetting("overwrite", []byte("newer")))
+		must(t, tx.PutSetting("delete", nil))
+		must(t, tx.del(bSettings, []byte("delete")))
+		must(t, tx.DeleteNode("n1"))
+		must(t, tx.PutNode(&Node{ID: "n2"}))
+		if string(tx.Setting("overwrite")) != "newer" || tx.Setting("delete") != nil {
+			t.Fatal("writes not visible inside the savepoint")
+		}
+		must(t, tx.RollbackTo(sp))
+		if string(tx.Setting("overwrite")) != "old" || string(tx.Setting("delete")) != "d" ||
+			tx.Setting("new") != nil || string(tx.Setting("keep")) != "k" {
+			t.Fatal("rollback did not restore the settings")
+		}
+		nodes, err := tx.Nodes()
+		if err != nil || len(nodes) != 1 || nodes[0].ID != "n1" {
+			t.Fatalf("nodes %+v %v", nodes, err)
+		}
+		return nil
+	})
+	if _, after, _ := s.Digest(); after != before {
+		t.Fatal("state differs after rollback")
+	}
+}
+
+func TestSavepointNestedAndRelease(t *testing.T) {
+	s := openStore(t)
+	update(t, s, func(tx *Tx) error {
+		must(t, tx.PutSetting("a", []byte("0")))
+		return nil
+	})
+	update(t, s, func(tx *Tx) error {
+		outer := tx.Savepoint()
+		must(t, tx.PutSetting("a", []byte("1")))
+		inner := tx.Savepoint()
+		must(t, tx.PutSetting("a", []byte("2")))
+		must(t, tx.PutSetting("b", []byte("2")))
+		must(t, tx.RollbackTo(inner))
+		if string(tx.Setting("a")) != "1" || tx.Setting("b") != nil {
+			t.Fatalf("inner rollback: a=%s b=%s", tx.Setting("a"), tx.Setting("b"))
+		}
+		inner = tx.Savepoint()
+		must(t, tx.PutSetting("c", []byte("3")))
+		tx.Release(inner) // kept for now, but still under outer
+		must(t, tx.RollbackTo(outer))
+		if string(tx.Setting("a")) != "0" || tx.Setting("c") != nil {
+			t.Fatalf("outer rollback: a=%s c=%s", tx.Setting("a"), tx.Setting("c"))
+		}
+		// A released savepoint keeps its writes.
+		sp := tx.Savepoint()
+		must(t, tx.PutSetting("d", []byte("4")))
+		tx.Release(sp)
+		// Writes outside any savepoint are not recorded.
+		must(t, tx.PutSetting("e", []byte("5")))
+		if len(tx.undo) != 0 || tx.depth != 0 {
+			t.Fatalf("undo log %d entries at depth %d", len(tx.undo), tx.depth)
+		}
+		return nil
+	})
+	view(t, s, func(tx *Tx) error {
+		if string(tx.Setting("d")) != "4" || string(tx.Setting("e")) != "5" || string(tx.Setting("a")) != "0" {
+			t.Fatalf("committed a=%s d=%s e=%s", tx.Setting("a"), tx.Setting("d"), tx.Setting("e"))
+		}
+		return nil
+	})
+}
+
+func TestSavepointRollsBackLayoutWrites(t *testing.T) {
+	s := openStore(t)
+	var pid uint64
+	update(t, s, func(tx *Tx) error {
+		p := newPartition(t, tx, "q", "p")
+		pid = p.ID
+		appendMsgs(t, tx, p, 100, "a", "b")
+		must(t, tx.PutGroup(p.ID, "g", &Group{Next: 1, LeaseID: [16]byte{1}, LeaseExpiry: 9, LeaseLast: 2}))
+		must(t, tx.IndexLease([16]byte{1}, p.ID, "g"))
+		return nil
+	})
+	_, before, _ := s.Digest()
+	update(t, s, func(tx *Tx) error {
+		sp := tx.Savepoint()
+		p, _ := tx.PartitionByID(pid)
+		appendMsgs(t, tx, p, 200, "c", "a")
+		newPartition(t, tx, "q2", "x")
+		must(t, tx.UnindexLease([16]byte{1}, pid, "g"))
+		must(t, tx.PutGroup(pid, "g", &Group{Next: 3}))
+		must(t, tx.AddDeadLetter(&DeadLetter{QueueID: 1, TxID: "a"}))
+		must(t, tx.PutSubscription(SubKey("g", SubQueue, "q", ""), &Subscription{Mode: "new"}))
+		q, _ := tx.Queue("q")
+		must(t, tx.DeleteQueue(q))
+		must(t, tx.RollbackTo(sp))
+		return nil
+	})
+	if _, after, _ := s.Digest(); after != before {
+		t.Fatal("layout writes not rolled back")
+	}
+	view(t, s, func(tx *Tx) error {
+		if got := scan(t, tx, pid, 0); !slices.Equal(got, []string{"1:a", "2:b"}) {
+			t.Fatalf("messages %v", got)
+		}
+		if pids, _ := tx.LeaseHolders([16]byte{1}); len(pids) != 1 {
+			t.Fatal("lease index not restored")
+		}
+		return nil
+	})
+}
+
+func TestScanAcrossSegmentsAndGaps(t *testing.T) {
+	s := openStore(t)
+	var p, other *Partition
+	update(t, s, func(tx *Tx) error {
+		// Another partition before and after, so that prefix boundaries matter.
+		before := newPartition(t, tx, "q", "a")
+		appendMsgs(t, tx, before, 1, "x1", "x2")
+		p = newPartition(t, tx, "q", "b")
+		appendMsgs(t, tx, p, 10, "m1", "m2", "m3") // offsets 1-3
+		appendMsgs(t, tx, p, 20, "m4")             // 4
+		appendMsgs(t, tx, p, 30, "m5", "m6")       // 5-6
+		appendMsgs(t, tx, p, 40, "m7", "m8", "m9") // 7-9
+		other = newPartition(t, tx, "q", "c")
+		appendMsgs(t, tx, other, 50, "y1")
+		return nil
+	})
+	all := []string{"1:m1", "2:m2", "3:m3", "4:m4", "5:m5", "6:m6", "7:m7", "8:m8", "9:m9"}
+	view(t, s, func(tx *Tx) error {
+		for from := uint64(0); from <= 10; from++ {
+			start := min(int(max(from, 1))-1, len(all))
+			if got := scan(t, tx, p.ID, from); !slices.Equal(got, all[start:]) {
+				t.Errorf("scan from %d: %v, want %v", from, got, all[start:])
+			}
+		}
+		// Stop early.
+		var n int
+		tx.Scan(p.ID, 2, func(*StoredMessage) (bool, error) { n++; return n < 3, nil })
+		if n != 3 {
+			t.Errorf("scan stopped after %d", n)
+		}
+		// Message fields.
+		m, err := tx.MessageAt(p.ID, 5)
+		if err != nil || m == nil || m.TxID != "m5" || m.CreatedAt != 30 || m.Offset != 5 || string(m.Payload) != `"m5"` {
+			t.Errorf("MessageAt(5) %+v %v", m, err)
+		}
+		seg5, _ := tx.TxID(p.ID, "m5")
+		if m.ID != seg5.MessageID() {
+			t.Errorf("message id %x, index says %x", m.ID, seg5.MessageID())
+		}
+		if m, _ := tx.MessageAt(p.ID, 10); m != nil {
+			t.Errorf("MessageAt past the end %+v", m)
+		}
+		return nil
+	})
+	// Delete the middle segments (offsets 4-6): scans skip the gap.
+	update(t, s, func(tx *Tx) error {
+		p, _ = tx.PartitionByID(p.ID)
+		for _, first := range []uint64{4, 5} {
+			if n, err := tx.DeleteSegment(p, first); err != nil || n == 0 {
+				t.Fatalf("delete segment %d: %d %v", first, n, err)
+			}
+		}
+		return tx.PutPartition(p)
+	})
+	gap := []string{"1:m1", "2:m2", "3:m3", "7:m7", "8:m8", "9:m9"}
+	view(t, s, func(tx *Tx) error {
+		for from, want := range map[uint64][]string{0: gap, 3: gap[2:], 4: gap[3:], 5: gap[3:], 6: gap[3:], 7: gap[3:], 8: gap[4:], 10: nil} {
+			if got := scan(t, tx, p.ID, from); !slices.Equal(got, want) {
+				t.Errorf("scan from %d over the gap: %v, want %v", from, got, want)
+			}
+		}
+		if m, _ := tx.MessageAt(p.ID, 5); m != nil {
+			t.Errorf("deleted message still readable %+v", m)
+		}
+		if got := scan(t, tx, other.ID, 0); !slices.Equal(got, []string{"1:y1"}) {
+			t.Errorf("neighbour partition %v", got)
+		}
+		return nil
+	})
+}
+
+func TestScanFromInsideLastSegmentOfLastPartition(t *testing.T) {
+	// The seek lands past the end of the bucket: the segment holding the
+	// offset must still be found.
+	s := openStore(t)
+	var p *Partition
+	update(t, s, func(tx *Tx) error {
+		p = newPartition(t, tx, "q", "p")
+		appendMsgs(t, tx, p, 10, "a", "b", "c")
+		return nil
+	})
+	view(t, s, func(tx *Tx) error {
+		if got := scan(t, tx, p.ID, 2); !slices.Equal(got, []string{"2:b", "3:c"}) {
+			t.Fatalf("got %v", got)
+		}
+		if got := scan(t, tx, p.ID+1, 0); len(got) != 0 {
+			t.Fatalf("unknown partition %v", got)
+		}
+		return nil
+	})
+}
+
+func TestSegmentsWalks(t *testing.T) {
+	s := openStore(t)
+	update(t, s, func(tx *Tx) error {
+		p := newPartition(t, tx, "q", "p")
+		appendMsgs(t, tx, p, 10, "a", "b")
+		appendMsgs(t, tx, p, 20, "c")
+		appendMsgs(t, tx, p, 30, "d", "e", "f")
+		q := newPartition(t, tx, "q", "q")
+		appendMsgs(t, tx, q, 40, "z")
+		var fwd, rev []SegmentInfo
+		must(t, tx.Segments(p.ID, func(si SegmentInfo) (bool, error) { fwd = append(fwd, si); return true, nil }))
+		must(t, tx.SegmentsReverse(p.ID, func(si SegmentInfo) (bool, error) { rev = append(rev, si); return true, nil }))
+		if len(fwd) != 3 || fwd[0].First != 1 || fwd[0].Count != 2 || fwd[1].First != 3 || fwd[2].First != 4 ||
+			fwd[2].Count != 3 || fwd[2].CreatedAt != 30 {
+			t.Fatalf("forward %+v", fwd)
+		}
+		slices.Reverse(rev)
+		if !slices.Equal(fwd, rev) {
+			t.Fatalf("reverse %+v", rev)
+		}
+		var lastQ []SegmentInfo
+		must(t, tx.SegmentsReverse(q.ID, func(si SegmentInfo) (bool, error) { lastQ = append(lastQ, si); return true, nil }))
+		if len(lastQ) != 1 || lastQ[0].CreatedAt != 40 {
+			t.Fatalf("last partition reverse %+v", lastQ)
+		}
+		if p.Messages != 6 || p.Segments != 3 || p.NextOffset != 7 || p.FirstOffset != 1 || p.LastCreatedAt != 30 {
+			t.Fatalf("partition %+v", p)
+		}
+		return nil
+	})
+}
+
+func TestDeleteSegmentKeepsNewerTxIDs(t *testing.T) {
+	s := openStore(t)
+	update(t, s, func(tx *Tx) error {
+		p := newPartition(t, tx, "q", "p")
+		appendMsgs(t, tx, p, 10, "a", "b", "c") // 1-3
+		appendMsgs(t, tx, p, 20, "a", "d")      // 4-5: a re-used
+		n, err := tx.DeleteSegment(p, 1)
+		if err != nil || n != 3 {
+			t.Fatalf("delete %d %v", n, err)
+		}
+		if ref, ok := tx.TxID(p.ID, "a"); !ok || ref.Offset != 4 || ref.PushedAt != 20 {
+			t.Fatalf("newer occurrence of a lost: %+v %v", ref, ok)
+		}
+		for _, id := range []string{"b", "c"} {
+			if _, ok := tx.TxID(p.ID, id); ok {
+				t.Fatalf("index entry of deleted %s kept", id)
+			}
+		}
+		if ref, ok := tx.TxID(p.ID, "d"); !ok || ref.Offset != 5 {
+			t.Fatalf("d %+v", ref)
+		}
+		if p.Messages != 2 || p.Segments != 1 || p.FirstOffset != 4 || p.NextOffset != 6 || p.Bytes != uint64(len(`"a"`)+len(`"d"`)) {
+			t.Fatalf("partition %+v", p)
+		}
+		// Deleting a missing segment is a no-op.
+		if n, err := tx.DeleteSegment(p, 1); n != 0 || err != nil {
+			t.Fatalf("second delete %d %v", n, err)
+		}
+		// Deleting the last segment empties the partition; offsets are never reused.
+		if n, _ := tx.DeleteSegment(p, 4); n != 2 {
+			t.Fatalf("delete last %d", n)
+		}
+		if p.Messages != 0 || p.FirstOffset != 6 || p.NextOffset != 6 || p.Bytes != 0 {
+			t.Fatalf("empty partition %+v", p)
+		}
+		first := appendMsgs(t, tx, p, 30, "e")
+		if first != 6 || p.FirstOffset != 6 {
+			t.Fatalf("append after emptying: first %d, partition %+v", first, p)
+		}
+		return nil
+	})
+}
+
+func TestDeleteSegmentInTheMiddleKeepsFirstOffset(t *testing.T) {
+	s := openStore(t)
+	update(t, s, func(tx *Tx) error {
+		p := newPartition(t, tx, "q", "p")
+		appendMsgs(t, tx, p, 10, "a")
+		appendMsgs(t, tx, p, 20, "b")
+		appendMsgs(t, tx, p, 30, "c")
+		tx.DeleteSegment(p, 2)
+		if p.FirstOffset != 1 || p.Messages != 2 {
+			t.Fatalf("%+v", p)
+		}
+		tx.DeleteSegment(p, 1)
+		if p.FirstOffset != 3 || p.Messages != 1 {
+			t.Fatalf("%+v", p)
+		}
+		return nil
+	})
+}
+
+func TestQueueAndPartitionIndexes(t *testing.T) {
+	s := openStore(t)
+	update(t, s, func(tx *Tx) error {
+		for _, name := range []string{"b", "", "a"} {
+			newPartition(t, tx, name, "p")
+		}
+		var names []string
+		must(t, tx.ForEachQueue(func(q *Queue) (bool, error) { names = append(names, q.Name); return true, nil }))
+		if !slices.Equal(names, []string{"", "a", "b"}) {
+			t.Fatalf("queues %q", names)
+		}
+		q, _ := tx.Queue("")
+		if q == nil || q.Name != "" {
+			t.Fatal("queue \"\" not stored")
+		}
+		if q2, _ := tx.QueueByID(q.ID); q2 == nil || q2.Name != "" {
+			t.Fatal("QueueByID(\"\")")
+		}
+		p, _ := tx.Partition(q.ID, "p")
+		if p2, _ := tx.PartitionByUUID(p.UUID); p2 == nil || p2.ID != p.ID {
+			t.Fatal("PartitionByUUID")
+		}
+		if p2, _ := tx.PartitionByUUID([16]byte{0xee}); p2 != nil {
+			t.Fatal("unknown uuid resolved")
+		}
+		// Partitions are walked in name order from a start name.
+		qa, _ := tx.Queue("a")
+		for _, n := range []string{"z", "", "m"} {
+			newPartition(t, tx, "a", n)
+		}
+		var parts []string
+		must(t, tx.ForEachPartition(qa.ID, "", func(p *Partition) (bool, error) { parts = append(parts, p.Name); return true, nil }))
+		if !slices.Equal(parts, []string{"", "m", "p", "z"}) {
+			t.Fatalf("partitions %q", parts)
+		}
+		parts = nil
+		must(t, tx.ForEachPartition(qa.ID, "n", func(p *Partition) (bool, error) { parts = append(parts, p.Name); return true, nil }))
+		if !slices.Equal(parts, []string{"p", "z"}) {
+			t.Fatalf("partitions from n %q", parts)
+		}
+		return nil
+	})
+}
+
+func TestDigestIgnoresWriteOrder(t *testing.T) {
+	a, b := openStore(t), openStore(t)
+	update(t, a, func(tx *Tx) error {
+		must(t, tx.PutSetting("x", []byte("1")))
+		must(t, tx.PutSetting("y", []byte("2")))
+		return nil
+	})
+	update(t, b, func(tx *Tx) error {
+		must(t, tx.PutSetting("y", []byte("0")))
+		must(t, tx.PutSetting("x", []byte("1")))
+		return nil
+	})
+	update(t, b, func(tx *Tx) error { return tx.PutSetting("y", []byte("2")) })
+	_, da, _ := a.Digest()
+	_, db, _ := b.Digest()
+	if da != db {
+		t.Fatal("same content, different digests")
+	}
+	update(t, b, func(tx *Tx) error { return tx.PutSetting("y", []byte("3")) })
+	if _, db2, _ := b.Digest(); db2 == da {
+		t.Fatal("different content, same digest")
+	}
+}
+
+func TestSnapshotStreamVerifies(t *testing.T) {
+	s := openStore(t)
+	update(t, s, func(tx *Tx) error {
+		p := newPartition(t, tx, "q", "p")
+		appendMsgs(t, tx, p, 10, "a")
+		return tx.SetApplied(7)
+	})
+	rs, err := s.BeginSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := rs.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	rs.Close()
+	path := filepath.Join(t.TempDir(), "copy.db")
+	if err := writeFile(path, buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	if err := Verify(path); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(path, StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, d1, _ := s.Digest()
+	i2, d2, _ := c.Digest()
+	if d1 != d2 || i2 != 7 {
+		t.Fatal("snapshot copy differs")
+	}
+	bad := filepath.Join(t.TempDir(), "bad.db")
+	writeFile(bad, []byte("garbage"))
+	if err := Verify(bad); err == nil {
+		t.Fatal("garbage verified")
+	}
+}
+
+func TestCorruptPartitionRecord(t *testing.T) {
+	var p Partition
+	if err := p.unmarshal(make([]byte, partitionFixed-1)); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("%v", err)
+	}
+	var g Group
+	if err := g.unmarshal(make([]byte, groupSize+1)); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("%v", err)
+	}
+	orig := Partition{ID: 1, QueueID: 2, UUID: [16]byte{3}, Name: "név", CreatedAt: -5, NextOffset: 9, FirstOffset: 4,
+		Messages: 5, Bytes: 6, Segments: 2, LastCreatedAt: 8, WindowMark: 7, WindowCount: 3}
+	if err := p.unmarshal(orig.marshal()); err != nil || p != orig {
+		t.Fatalf("partition round trip %+v %v", p, err)
+	}
+	og := Group{Next: 1, LeaseID: [16]byte{2}, LeaseExpiry: 3, LeaseLast: 4, LeaseDelivered: 5, Retry: 6, Consumed: 7, Batches: 8, LastConsumedAt: 9}
+	if err := g.unmarshal(og.marshal()); err != nil || g != og {
+		t.Fatalf("group round trip %+v %v", g, err)
+	}
+}
+
+func TestGroupLease(t *testing.T) {
+	g := Group{LeaseID: [16]byte{1}, LeaseExpiry: 100, LeaseLast: 3, LeaseDelivered: 2}
+	if !g.HasLease() || !g.LeaseLive(99) || g.LeaseLive(100) {
+		t.Fatal("lease liveness: a lease is over at its expiry")
+	}
+	g.ClearLease()
+	if g.HasLease() || g.LeaseLive(0) || g.LeaseExpiry != 0 || !g.HasBatch() || g.LeaseLast != 3 || g.LeaseDelivered != 2 {
+		t.Fatalf("ClearLease must drop the lease and keep the batch: %+v", g)
+	}
+	g.EndBatch()
+	if g.HasBatch() || g.LeaseLast != 0 || g.LeaseDelivered != 0 {
+		t.Fatalf("EndBatch must drop the batch: %+v", g)
+	}
+}
+
+func TestSubKeyUnambiguous(t *testing.T) {
+	keys := [][]byte{
+		SubKey("ab", SubQueue, "c", ""),
+		SubKey("a", SubQueue, "bc", ""),
+		SubKey("a", SubPartition, "b", "c"),
+		SubKey("a", SubPartition, "bc", ""),
+		SubKey("a", SubDiscovery, "", "bc"),
+		SubKey("a", SubDiscovery, "bc", ""),
+	}
+	for i := range keys {
+		for j := i + 1; j < len(keys); j++ {
+			if bytes.Equal(keys[i], keys[j]) {
+				t.Fatalf("keys %d and %d collide", i, j)
+			}
+		}
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeFile(path string, b []byte) error { return os.WriteFile(path, b, 0o600) }
