@@ -8,7 +8,7 @@ GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 # Tests run with the race detector; CI machines have 2 cores.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: all build run test test-short bench lint fmt cluster cluster-stop docker-cluster docker-image clean
+.PHONY: all build run test test-short bench lint fmt cluster cluster-stop docker-image docker-cluster docker-cluster-stop clean
 
 all: build
 
@@ -36,6 +36,51 @@ lint:
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
+
+# Three local nodes: HTTP on 127.0.0.1:6632-6634, Raft on 127.0.0.1:7632-7634,
+# data and logs under ./data/cluster (see scripts/cluster.sh --help).
+cluster: build
+	./scripts/cluster.sh start
+
+cluster-stop:
+	./scripts/cluster.sh stop
+
+# Docker: a FROM scratch image holding the static crownd built above, and a
+# three-node compose cluster (HTTP published on 127.0.0.1:6632-6634).
+DOCKER        ?= docker
+DOCKER_IMAGE  ?= crown:latest
+COMPOSE_FILE  := scripts/docker/docker-compose.yml
+COMPOSE_PROJECT ?= crown
+# `docker compose` (v2 plugin) when present, else `docker-compose` (v1).
+COMPOSE ?= $(shell if $(DOCKER) compose version >/dev/null 2>&1; then echo "$(DOCKER) compose"; \
+	elif command -v docker-compose >/dev/null 2>&1; then echo docker-compose; fi)
+COMPOSE_CMD = $(if $(COMPOSE),CROWN_IMAGE=$(DOCKER_IMAGE) $(COMPOSE) -p $(COMPOSE_PROJECT) -f $(COMPOSE_FILE),\
+	$(error neither "docker compose" nor "docker-compose" is installed))
+# Seconds docker-cluster waits for the three nodes to report healthy.
+DOCKER_WAIT ?= 60
+
+docker-image: build
+	rm -rf $(BIN)/docker-context
+	mkdir -p $(BIN)/docker-context/data
+	cp $(BIN)/crownd $(BIN)/docker-context/crownd
+	$(DOCKER) build -f scripts/docker/Dockerfile -t $(DOCKER_IMAGE) $(BIN)/docker-context
+
+docker-cluster: docker-image
+	$(COMPOSE_CMD) up -d
+	@echo "waiting up to $(DOCKER_WAIT)s for node1..node3 to be healthy"; \
+	ids=$$($(COMPOSE_CMD) ps -q); \
+	for i in $$(seq $$(( $(DOCKER_WAIT) * 2 ))); do \
+		states=$$($(DOCKER) inspect -f '{{.State.Health.Status}}' $$ids | sort -u | tr '\n' ' '); \
+		if [ "$$states" = "healthy " ]; then break; fi; sleep 0.5; \
+	done; \
+	$(COMPOSE_CMD) ps; \
+	if [ "$$states" != "healthy " ]; then echo "not all nodes healthy: $$states"; exit 1; fi; \
+	./$(BIN)/crownctl --url "http://127.0.0.1:$${CROWN_HTTP_PORT_1:-6632},http://127.0.0.1:$${CROWN_HTTP_PORT_2:-6633},http://127.0.0.1:$${CROWN_HTTP_PORT_3:-6634}" cluster status
+
+# Stops and removes the containers; the named data volumes are kept
+# (add `down -v` by hand to delete them, see docs/deployments.md).
+docker-cluster-stop:
+	$(COMPOSE_CMD) down
 
 clean:
 	rm -rf $(BIN)

@@ -24,6 +24,7 @@ import (
 	"github.com/crownmq/crown/fsm"
 	"github.com/crownmq/crown/httpapi"
 	"github.com/crownmq/crown/httpapi/envelope"
+	"github.com/crownmq/crown/maintenance"
 	"github.com/crownmq/crown/raftnode"
 )
 
@@ -67,6 +68,7 @@ type config struct {
 	Hotlist       bool
 	WindowBatch   uint64
 	Raft          raftnode.Config
+	Maintenance   maintenance.Config
 }
 
 // flagEnv names the environment variable that stands in for a flag.
@@ -108,7 +110,8 @@ Every flag can also be set by an environment variable: --node-id is CROWN_NODE_I
 
 Queen variables: QUEEN_ENCRYPTION_KEY (64 hex characters; a malformed key stops
 crownd), QUEEN_HOTLIST (0 selects the pop-time window rule), QUEEN_HOTLIST_WINDOW_BATCH
-(default 100).
+(default 100), RETENTION_INTERVAL (ms between retention sweeps, default 5000),
+RETENTION_BATCH_SIZE (segments deleted per sweep command, default 1000).
 
 Flags:
 `, version)
@@ -169,7 +172,32 @@ Flags:
 			return nil, fmt.Errorf("QUEEN_HOTLIST_WINDOW_BATCH=%q must be a positive integer", v)
 		}
 	}
+	if v := getenv("RETENTION_INTERVAL"); v != "" {
+		if c.Maintenance.RetentionInterval, err = parseMillis(v); err != nil {
+			return nil, fmt.Errorf("RETENTION_INTERVAL=%q: %w", v, err)
+		}
+	}
+	if v := getenv("RETENTION_BATCH_SIZE"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("RETENTION_BATCH_SIZE=%q must be a positive integer", v)
+		}
+		c.Maintenance.RetentionBatch = uint32(n)
+	}
 	return c, nil
+}
+
+// parseMillis reads a duration given as milliseconds (Queen's convention)
+// or as a Go duration ("5s").
+func parseMillis(v string) (time.Duration, error) {
+	if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > 0 {
+		return time.Duration(ms) * time.Millisecond, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("want a positive number of milliseconds or a duration such as 5s")
+	}
+	return d, nil
 }
 
 func parsePeers(s string) ([]raftnode.Peer, error) {
@@ -275,6 +303,13 @@ func run(c *config) error {
 		}()
 	}
 	go api.KeepRegistered(ctx)
+	mcfg := c.Maintenance
+	mcfg.Logger, mcfg.Registry = log, reg
+	timers := maintenance.New(mcfg, node, state)
+	node.OnLeadership(timers.SetLeader)
+	if node.IsLeader() {
+		timers.SetLeader(true)
+	}
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -292,6 +327,7 @@ func run(c *config) error {
 		log.Warn("http shutdown", "error", err)
 	}
 	scancel()
+	timers.Close()
 	if err := node.Shutdown(); err != nil {
 		log.Warn("raft shutdown", "error", err)
 	}
