@@ -132,6 +132,12 @@ func (s *ackSession) cursorByUUID(id [16]byte) *groupCursor {
 func (s *ackSession) apply(it *AckItem, t ackTarget, inTx bool) AckItemResult {
 	c := t.cur
 	r := AckItemResult{Resolved: true, Queue: c.queue.Name, Partition: c.part.Name}
+	if it.Status == AckCompleted && c.g != nil && t.offset < c.g.Next {
+		// Already consumed: a re-ack (a client retrying after a lost
+		// response) is a successful no-op, whatever lease it carries.
+		r.Success = true
+		return r
+	}
 	if it.HasLease && (it.LeaseID != c.leaseAtStart || c.leaseAtStart == [16]byte{}) {
 		r.Error = ErrInvalidLease
 		return r

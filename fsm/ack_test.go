@@ -618,3 +618,31 @@ func TestAckOfNeverPoppedMessageCreatesState(t *testing.T) {
 		t.Fatalf("after ack-created state %v", got)
 	}
 }
+
+// A client that lost the response to a completed ack and retries it must not
+// be told the ack failed: the message is consumed, so the re-ack is a
+// successful no-op even though its lease has since been released.
+func TestAckRetriedAfterLostResponseSucceeds(t *testing.T) {
+	m := newMachine(t)
+	m.push(items("q", "p", "m1", "m2", "m3")...)
+	r := m.mustPop(Lease{Queue: "q", Batch: 2})
+	acks := ackAll(r, AckCompleted)
+	if ar := m.ack("", acks...); !ar.Items[1].LeaseReleased {
+		t.Fatalf("first ack %+v", ar.Items)
+	}
+	before := *m.group("q", "p", QueueMode)
+	again := m.ack("", acks...)
+	for i, it := range again.Items {
+		if !it.Success || it.Error != "" || it.LeaseReleased {
+			t.Fatalf("retried ack %d: %+v", i, it)
+		}
+	}
+	if after := *m.group("q", "p", QueueMode); after != before {
+		t.Fatalf("a retried ack changed the group: %+v -> %+v", before, after)
+	}
+	// A failed ack of a consumed message still needs the live lease.
+	lp := r.Partitions[0]
+	if ar := m.ack("", ackOf(lp, lp.Messages[0], r.LeaseID, AckFailed)); ar.Items[0].Error != ErrInvalidLease {
+		t.Fatalf("failed ack with a released lease: %+v", ar.Items[0])
+	}
+}
