@@ -1,0 +1,122 @@
+package fsm
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Benchmarks of the hot paths, reported per message so they compare with
+// the load generator's messages/s. Workload: 256-byte payloads, pushes of
+// 100 messages, pops and acks of 100.
+
+func benchItems(queue string, partitions, n int, txPrefix string) []PushItem {
+	payload := []byte(`{"p":1,"pad":"` + string(make([]byte, 0)) + fmt.Sprintf("%0230d", 0) + `"}`)
+	items := make([]PushItem, n)
+	for i := range items {
+		items[i] = PushItem{Queue: queue, Partition: "p" + strconv.Itoa(i%partitions),
+			TxID: txPrefix + strconv.Itoa(i), Payload: payload}
+	}
+	return items
+}
+
+func BenchmarkEncodePush100(b *testing.B) {
+	e := &Entry{Stamp: 1, Origin: "n1", Commands: []Command{&Push{Items: benchItems("q", 1, 100, "t")}}}
+	b.ReportAllocs()
+	var buf []byte
+	for b.Loop() {
+		buf, _ = AppendEntry(buf[:0], e)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*100), "ns/msg")
+}
+
+func BenchmarkDecodePush100(b *testing.B) {
+	e := &Entry{Stamp: 1, Origin: "n1", Commands: []Command{&Push{Items: benchItems("q", 1, 100, "t")}}}
+	data, _ := AppendEntry(nil, e)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeEntry(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*100), "ns/msg")
+}
+
+// benchApply applies pre-encoded entries in batches of batchEntries.
+func benchApply(b *testing.B, m *machine, logs []*raft.Log, batchEntries int) {
+	for i := 0; i < len(logs); i += batchEntries {
+		m.f.ApplyBatch(logs[i:min(i+batchEntries, len(logs))])
+	}
+}
+
+// BenchmarkApplyPush: entries of 8 push commands (group commit) of 100
+// messages each, over 8 partitions, applied 4 entries per bbolt transaction.
+func BenchmarkApplyPush(b *testing.B) {
+	m := newMachine(b)
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		b.StopTimer()
+		var logs []*raft.Log
+		for e := 0; e < 4; e++ {
+			var cmds []Command
+			for c := 0; c < 8; c++ {
+				cmds = append(cmds, &Push{Items: benchItems("q", 8, 100, fmt.Sprintf("t%d-%d-%d-", n, e, c))})
+			}
+			logs = append(logs, m.entry(cmds...))
+		}
+		n++
+		b.StartTimer()
+		benchApply(b, m, logs, 4)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*3200), "ns/msg")
+}
+
+// BenchmarkApplyPopAck: a pop of 100 and an ack/batch of those 100, each its
+// own command, over 8 partitions with a standing backlog.
+func BenchmarkApplyPopAck(b *testing.B) {
+	m := newMachine(b)
+	fill := func(round int) {
+		for c := 0; c < 8; c++ {
+			m.push(benchItems("q", 8, 800, fmt.Sprintf("f%d-%d-", round, c))...)
+		}
+	}
+	fill(0)
+	b.ReportAllocs()
+	round := 1
+	msgs := 0
+	for b.Loop() {
+		r := m.pop(Lease{Queue: "q", Batch: 100})
+		if r.Count() == 0 {
+			b.StopTimer()
+			fill(round)
+			round++
+			b.StartTimer()
+			continue
+		}
+		msgs += r.Count()
+		m.ack("", ackAll(r, AckCompleted)...)
+		m.advance(time.Microsecond)
+	}
+	if msgs > 0 {
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(msgs), "ns/msg")
+	}
+}
+
+// BenchmarkCheckPop is the read a parked or arriving pop does before proposing.
+func BenchmarkCheckPop(b *testing.B) {
+	m := newMachine(b)
+	for c := 0; c < 8; c++ {
+		m.push(benchItems("q", 8, 800, fmt.Sprintf("f%d-", c))...)
+	}
+	l := &Lease{Scope: ScopeWildcard, Queue: "q", Group: QueueMode, Batch: 100, WindowBatch: 100}
+	b.ReportAllocs()
+	for b.Loop() {
+		if pc, err := m.f.CheckPop(l, m.now.UnixMicro()); err != nil || pc.Deliverable != 100 {
+			b.Fatalf("%+v %v", pc, err)
+		}
+	}
+}
