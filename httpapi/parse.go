@@ -3,16 +3,15 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/crownmq/crown/fsm"
+	"github.com/crownmq/crown/httpapi/jsonscan"
 )
 
 // Limits on what a request may carry. They are documented in the README.
@@ -43,17 +42,18 @@ func readBody(r *http.Request, limit int64) ([]byte, *apiError) {
 	return b, nil
 }
 
-// decodeObject parses a JSON object into its raw members.
+// decodeObject validates b as one JSON object and returns its raw members
+// by exact name (a repeated name keeps its last value, as encoding/json does).
 func decodeObject(b []byte, where string) (map[string]json.RawMessage, *apiError) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(b, &m); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return nil, badRequest(codeInvalidJSON, where, "Invalid JSON: %s must be an object", nameOr(where, "body"))
-		}
+	v, err := jsonscan.Value(b)
+	if err != nil {
 		return nil, badRequest(codeInvalidJSON, where, "Invalid JSON: %v", err)
 	}
-	if m == nil {
+	m := make(map[string]json.RawMessage, 8)
+	if err := jsonscan.Object(v, func(k string, val []byte) error {
+		m[k] = val
+		return nil
+	}); err != nil {
 		return nil, badRequest(codeInvalidJSON, where, "Invalid JSON: %s must be an object", nameOr(where, "body"))
 	}
 	return m, nil
@@ -66,24 +66,11 @@ func nameOr(s, def string) string {
 	return s
 }
 
-func isNull(raw json.RawMessage) bool {
-	return len(raw) == 0 || (len(raw) == 4 && string(raw) == "null")
-}
+func isNull(raw json.RawMessage) bool { return jsonscan.IsNull(raw) }
 
-// jsonString decodes a raw JSON string; ok is false for any other type.
-func jsonString(raw json.RawMessage) (string, bool) {
-	if len(raw) < 2 || raw[0] != '"' {
-		return "", false
-	}
-	if inner := raw[1 : len(raw)-1]; bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
-		return string(inner), true
-	}
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
-		return "", false
-	}
-	return s, true
-}
+// jsonString decodes a raw JSON string (already validated by the scanner);
+// ok is false for any other type.
+func jsonString(raw json.RawMessage) (string, bool) { return jsonscan.Unquote(raw) }
 
 // optString reads an optional string member: absent and null are "not
 // present"; any other non-string is a type error naming the field.
@@ -119,35 +106,78 @@ func rawPushItemOf(m map[string]json.RawMessage) rawPushItem {
 		TransactionID: m["transactionId"], TraceID: m["traceId"]}
 }
 
+// member stores one object member (scanner callback); unknown names are ignored.
+func (r *rawPushItem) member(k string, v []byte) error {
+	switch k {
+	case "queue":
+		r.Queue = v
+	case "partition":
+		r.Partition = v
+	case "payload":
+		r.Payload = v
+	case "data":
+		r.Data = v
+	case "transactionId":
+		r.TransactionID = v
+	case "traceId":
+		r.TraceID = v
+	}
+	return nil
+}
+
+// valid is a quick screen: the item's string members have the right types
+// and sizes, so parsing it cannot fail and needs no error context.
+func (r *rawPushItem) valid(lim Limits) bool {
+	str := func(v []byte, optional bool) bool {
+		if optional && isNull(v) {
+			return true
+		}
+		return len(v) >= 2 && v[0] == '"' && len(v) <= fsm.MaxNameBytes
+	}
+	return str(r.Queue, false) && str(r.Partition, true) && str(r.TransactionID, true) && isNull(r.TraceID) &&
+		len(r.Payload) <= lim.MaxPayloadBytes && len(r.Data) <= lim.MaxPayloadBytes
+}
+
 // parsePushItems validates push items (queen-api.md 3.5). allowData accepts
 // "data" for "payload" (the transaction's flat form).
 func parsePushItems(raw json.RawMessage, field string, lim Limits, allowData bool) ([]fsm.PushItem, *apiError) {
 	if len(raw) == 0 || raw[0] != '[' {
 		return nil, badRequest(codeMissingField, field, "items array is required")
 	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, badRequest(codeInvalidJSON, field, "Invalid JSON: %v", err)
-	}
-	if len(items) > lim.MaxItems {
-		return nil, badRequest(codeLimit, field, "%s holds %d items; the limit is %d per request", field, len(items), lim.MaxItems)
-	}
-	out := make([]fsm.PushItem, len(items))
-	for i, it := range items {
-		if err := parsePushItem(it, fmt.Sprintf("%s[%d]", field, i), lim, allowData, &out[i]); err != nil {
-			return nil, err
+	out := make([]fsm.PushItem, 0, 16)
+	var aerr *apiError
+	err := jsonscan.Array(raw, func(elem []byte) error {
+		if len(out) == lim.MaxItems {
+			aerr = badRequest(codeLimit, field, "%s holds more than %d items; the limit is %d per request", field, lim.MaxItems, lim.MaxItems)
+			return aerr
 		}
+		out = append(out, fsm.PushItem{})
+		aerr = parsePushItem(elem, field, len(out)-1, lim, allowData, &out[len(out)-1])
+		if aerr != nil {
+			return aerr
+		}
+		return nil
+	})
+	if aerr != nil {
+		return nil, aerr
+	}
+	if err != nil {
+		return nil, badRequest(codeInvalidJSON, field, "Invalid JSON: %v", err)
 	}
 	return out, nil
 }
 
-func parsePushItem(raw json.RawMessage, where string, lim Limits, allowData bool, out *fsm.PushItem) *apiError {
-	m, err := decodeObject(raw, where)
-	if err != nil {
+func parsePushItem(raw json.RawMessage, field string, i int, lim Limits, allowData bool, out *fsm.PushItem) *apiError {
+	var r rawPushItem
+	if jsonscan.Object(raw, r.member) != nil {
+		where := fmt.Sprintf("%s[%d]", field, i)
 		return badRequest(codeInvalidField, where, "%s must be an object", where)
 	}
-	r := rawPushItemOf(m)
-	return r.into(where, lim, allowData, out)
+	if r.valid(lim) {
+		// The common case needs no field path: build it only for an error.
+		return r.into("", lim, allowData, out)
+	}
+	return r.into(fmt.Sprintf("%s[%d]", field, i), lim, allowData, out)
 }
 
 func (r *rawPushItem) into(where string, lim Limits, allowData bool, out *fsm.PushItem) *apiError {
@@ -347,6 +377,24 @@ type rawAck struct {
 	TransactionID, PartitionID, LeaseID, Status, ConsumerGroup, Error json.RawMessage
 }
 
+func (r *rawAck) member(k string, v []byte) error {
+	switch k {
+	case "transactionId":
+		r.TransactionID = v
+	case "partitionId":
+		r.PartitionID = v
+	case "leaseId":
+		r.LeaseID = v
+	case "status":
+		r.Status = v
+	case "consumerGroup":
+		r.ConsumerGroup = v
+	case "error":
+		r.Error = v
+	}
+	return nil
+}
+
 func rawAckOf(m map[string]json.RawMessage) rawAck {
 	return rawAck{TransactionID: m["transactionId"], PartitionID: m["partitionId"], LeaseID: m["leaseId"],
 		Status: m["status"], ConsumerGroup: m["consumerGroup"], Error: m["error"]}
@@ -446,29 +494,38 @@ func parseAckBatch(body []byte, lim Limits) (*fsm.Ack, *apiError) {
 	if len(raw) == 0 || raw[0] != '[' {
 		return nil, badRequest(codeMissingField, "acknowledgments", "acknowledgments array is required")
 	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, badRequest(codeInvalidJSON, "acknowledgments", "Invalid JSON: %v", err)
-	}
-	if len(items) > lim.MaxItems {
-		return nil, badRequest(codeLimit, "acknowledgments", "acknowledgments holds %d items; the limit is %d per request", len(items), lim.MaxItems)
-	}
 	g, err := groupOf(m["consumerGroup"], "consumerGroup")
 	if err != nil {
 		return nil, err
 	}
-	c := &fsm.Ack{Group: g, Items: make([]fsm.AckItem, len(items))}
-	for i, raw := range items {
-		where := fmt.Sprintf("acknowledgments[%d].", i)
-		am, aerr := decodeObject(raw, strings.TrimSuffix(where, "."))
-		if aerr != nil {
-			return nil, badRequest(codeInvalidField, strings.TrimSuffix(where, "."), "Each acknowledgment must be an object")
+	c := &fsm.Ack{Group: g, Items: make([]fsm.AckItem, 0, 16)}
+	var aerr *apiError
+	serr := jsonscan.Array(raw, func(elem []byte) error {
+		i := len(c.Items)
+		where := fmt.Sprintf("acknowledgments[%d]", i)
+		if i == lim.MaxItems {
+			aerr = badRequest(codeLimit, "acknowledgments", "acknowledgments holds more than %d items; the limit is %d per request", lim.MaxItems, lim.MaxItems)
+			return aerr
 		}
-		r := rawAckOf(am)
-		if c.Items[i], err = r.item(where, "Each acknowledgment must have a valid transactionId string",
-			"Each acknowledgment must have a valid partitionId string"); err != nil {
-			return nil, err
+		var r rawAck
+		if jsonscan.Object(elem, r.member) != nil {
+			aerr = badRequest(codeInvalidField, where, "Each acknowledgment must be an object")
+			return aerr
 		}
+		it, e := r.item(where+".", "Each acknowledgment must have a valid transactionId string",
+			"Each acknowledgment must have a valid partitionId string")
+		if e != nil {
+			aerr = e
+			return aerr
+		}
+		c.Items = append(c.Items, it)
+		return nil
+	})
+	if aerr != nil {
+		return nil, aerr
+	}
+	if serr != nil {
+		return nil, badRequest(codeInvalidJSON, "acknowledgments", "Invalid JSON: %v", serr)
 	}
 	return c, nil
 }

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -213,12 +212,14 @@ func (s *Server) attemptPop(w http.ResponseWriter, r *http.Request, c *fsm.Lease
 	if lr.Count() == 0 {
 		return false, false
 	}
-	b, aerr := s.popJSON(lr)
-	if aerr != nil {
+	buf := getBuf()
+	defer putBuf(buf)
+	var aerr *apiError
+	if *buf, aerr = s.appendPop(*buf, lr); aerr != nil {
 		writeError(w, aerr)
 		return false, true
 	}
-	writeRawJSON(w, http.StatusOK, b)
+	writeRawJSON(w, http.StatusOK, *buf)
 	return true, false
 }
 
@@ -253,69 +254,6 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request) (delivered, 
 	w.WriteHeader(resp.StatusCode)
 	w.Write(b)
 	return resp.StatusCode == http.StatusOK, resp.StatusCode != http.StatusOK
-}
-
-type popMessageJSON struct {
-	ID            string          `json:"id"`
-	TransactionID string          `json:"transactionId"`
-	Queue         string          `json:"queue"`
-	Partition     string          `json:"partition"`
-	PartitionID   string          `json:"partitionId"`
-	LeaseID       string          `json:"leaseId"`
-	ConsumerGroup string          `json:"consumerGroup"`
-	Data          json.RawMessage `json:"data"`
-	TraceID       *string         `json:"traceId"`
-	ProducerSub   *string         `json:"producerSub"`
-	CreatedAt     string          `json:"createdAt"`
-	RetryCount    uint64          `json:"retryCount"`
-}
-
-type popJSON struct {
-	Success           bool             `json:"success"`
-	Queue             string           `json:"queue"`
-	Partition         string           `json:"partition"`
-	PartitionID       string           `json:"partitionId"`
-	LeaseID           string           `json:"leaseId"`
-	ConsumerGroup     string           `json:"consumerGroup"`
-	PartitionsClaimed int              `json:"partitionsClaimed"`
-	Messages          []popMessageJSON `json:"messages"`
-}
-
-// popJSON shapes a pop response (queen-api.md 3.6, 4.18).
-func (s *Server) popJSON(lr *fsm.LeaseResult) ([]byte, *apiError) {
-	lease := ""
-	if lr.LeaseID != ([16]byte{}) {
-		lease = formatUUID(lr.LeaseID)
-	}
-	first := lr.Partitions[0]
-	out := popJSON{Success: true, Queue: first.Queue, Partition: first.Partition, PartitionID: formatUUID(first.PartitionID),
-		LeaseID: lease, ConsumerGroup: lr.Group, PartitionsClaimed: len(lr.Partitions),
-		Messages: make([]popMessageJSON, 0, lr.Count())}
-	for _, lp := range lr.Partitions {
-		pid := formatUUID(lp.PartitionID)
-		for i := range lp.Messages {
-			m := &lp.Messages[i]
-			data, aerr := s.open(m.Payload, m.Encrypted)
-			if aerr != nil {
-				return nil, aerr
-			}
-			pm := popMessageJSON{ID: formatUUID(m.ID), TransactionID: m.TxID, Queue: lp.Queue, Partition: lp.Partition,
-				PartitionID: pid, LeaseID: lease, ConsumerGroup: lr.Group, Data: data,
-				CreatedAt: formatMicros(m.CreatedAt), RetryCount: m.RetryCount}
-			if m.HasTrace {
-				pm.TraceID = strPtr(formatUUID(m.TraceID))
-			}
-			if m.ProducerSub != "" {
-				pm.ProducerSub = strPtr(m.ProducerSub)
-			}
-			out.Messages = append(out.Messages, pm)
-		}
-	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return nil, &apiError{Status: 500, Code: codeInternal, Message: err.Error()}
-	}
-	return b, nil
 }
 
 // ---- long-poll waiters ----

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"encoding/json"
 	"net/http"
-	"sort"
 
 	"github.com/crownmq/crown/fsm"
 	"github.com/crownmq/crown/httpapi/envelope"
@@ -89,30 +88,10 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	pr := res.(*fsm.PushResult)
-	out := make([]map[string]any, len(items))
-	for i := range items {
-		out[i] = pushItemJSON(i, &items[i], pr.Items[i].Status, pr.Items[i].MessageID, pr.Items[i].PartitionID)
-	}
-	writeJSON(w, http.StatusCreated, out)
-}
-
-// pushItemJSON shapes one push result (queen-api.md 3.5): snake_case except
-// queueName, with transactionId as a camelCase alias for the Go client.
-func pushItemJSON(i int, it *fsm.PushItem, status uint8, msgID, partID [16]byte) map[string]any {
-	o := map[string]any{"index": i, "transaction_id": it.TxID, "transactionId": it.TxID,
-		"message_id": formatUUID(msgID), "queueName": it.Queue}
-	if status == fsm.PushDuplicate {
-		o["status"] = "duplicate"
-		return o
-	}
-	o["status"] = "queued"
-	o["partition_id"] = formatUUID(partID)
-	o["trace_id"] = nil
-	if it.HasTrace {
-		o["trace_id"] = formatUUID(it.TraceID)
-	}
-	return o
+	buf := getBuf()
+	*buf = appendPushResults(*buf, items, res.(*fsm.PushResult).Items)
+	writeRawJSON(w, http.StatusCreated, *buf)
+	putBuf(buf)
 }
 
 // seal encrypts the payloads of items bound for queues with
@@ -163,18 +142,6 @@ func (s *Server) open(payload []byte, encrypted bool) (json.RawMessage, *apiErro
 
 // ---- acks ----
 
-type ackItemJSON struct {
-	Index         int     `json:"index"`
-	TransactionID string  `json:"transactionId"`
-	Success       bool    `json:"success"`
-	Error         *string `json:"error"`
-	QueueName     *string `json:"queueName"`
-	PartitionName *string `json:"partitionName"`
-	LeaseReleased bool    `json:"leaseReleased"`
-	DLQ           bool    `json:"dlq"`
-	Dropped       bool    `json:"dropped"`
-}
-
 func strPtr(s string) *string { return &s }
 
 func errPtr(s string) *string {
@@ -211,17 +178,10 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, parse func([]byte) 
 	if !ok {
 		return
 	}
-	ar := res.(*fsm.AckResult)
-	out := make([]ackItemJSON, len(c.Items))
-	for i, it := range ar.Items {
-		o := ackItemJSON{Index: i, TransactionID: c.Items[i].TxID, Success: it.Success, Error: errPtr(it.Error),
-			LeaseReleased: it.LeaseReleased, DLQ: it.DLQ, Dropped: it.Dropped}
-		if it.Resolved {
-			o.QueueName, o.PartitionName = strPtr(it.Queue), strPtr(it.Partition)
-		}
-		out[i] = o
-	}
-	writeJSON(w, http.StatusOK, out)
+	buf := getBuf()
+	*buf = appendAckResults(*buf, c.Items, res.(*fsm.AckResult).Items)
+	writeRawJSON(w, http.StatusOK, *buf)
+	putBuf(buf)
 }
 
 // ---- transaction ----
@@ -315,14 +275,4 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 		out["expiresAt"] = nil
 	}
 	writeJSON(w, http.StatusOK, []any{out})
-}
-
-// sortedKeys lists a string set in order.
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
