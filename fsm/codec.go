@@ -60,7 +60,9 @@ func EncodeCommand(c Command) ([]byte, error) { return msgpack.Marshal(c) }
 // DecodeEntry decodes a log entry. A command whose body does not decode is
 // replaced by a *Malformed placeholder, so the other commands of the entry
 // still apply and results stay aligned; every node fails the same bytes the
-// same way. An unknown command type fails the whole entry with ErrUnknownType.
+// same way. An unknown command type fails the whole entry with
+// ErrUnknownType. Bodies of push and ack commands are decoded without
+// copying: their payloads alias b, which must not change while they are in use.
 func DecodeEntry(b []byte) (*Entry, error) {
 	if len(b) == 0 {
 		return nil, fmt.Errorf("empty entry: %w", ErrMalformed)
@@ -68,53 +70,67 @@ func DecodeEntry(b []byte) (*Entry, error) {
 	if b[0] != EntryVersion {
 		return nil, fmt.Errorf("entry version %d (this build reads %d): %w", b[0], EntryVersion, ErrUnknownType)
 	}
-	rd := bytes.NewReader(b[1:])
-	dec := msgpack.NewDecoder(rd)
-	n, err := dec.DecodeArrayLen()
-	if err != nil || n != 3 {
-		return nil, fmt.Errorf("entry header (len %d, %v): %w", n, err, ErrMalformed)
+	r := &mpReader{b: b[1:]}
+	if n, err := r.arrayLen(); err != nil || n != 3 {
+		return nil, fmt.Errorf("entry header: %w", ErrMalformed)
 	}
 	e := new(Entry)
-	if e.Stamp, err = dec.DecodeInt64(); err != nil {
-		return nil, fmt.Errorf("entry stamp: %v: %w", err, ErrMalformed)
+	var err error
+	if e.Stamp, err = r.int(); err != nil {
+		return nil, fmt.Errorf("entry stamp: %w", err)
 	}
-	if e.Origin, err = dec.DecodeString(); err != nil {
-		return nil, fmt.Errorf("entry origin: %v: %w", err, ErrMalformed)
+	if e.Origin, err = r.str(); err != nil {
+		return nil, fmt.Errorf("entry origin: %w", err)
 	}
-	count, err := dec.DecodeArrayLen()
+	count, err := r.arrayLen()
 	// Each command takes at least 3 bytes: bound the count by the input so a
 	// hostile length cannot make us allocate.
-	if err != nil || count < 0 || count > len(b)/3 {
-		return nil, fmt.Errorf("entry command count %d (%v): %w", count, err, ErrMalformed)
+	if err != nil || count > len(b)/3 {
+		return nil, fmt.Errorf("entry command count %d: %w", count, ErrMalformed)
 	}
 	e.Commands = make([]Command, 0, count)
 	for i := 0; i < count; i++ {
-		if l, err := dec.DecodeArrayLen(); err != nil || l != 2 {
+		if l, err := r.arrayLen(); err != nil || l != 2 {
 			return nil, fmt.Errorf("command %d framing: %w", i, ErrMalformed)
 		}
-		t, err := dec.DecodeUint8()
-		if err != nil {
-			return nil, fmt.Errorf("command %d type: %v: %w", i, err, ErrMalformed)
+		t, err := r.uint()
+		if err != nil || t > 255 {
+			return nil, fmt.Errorf("command %d type: %w", i, ErrMalformed)
 		}
-		raw, err := dec.DecodeRaw()
+		body, err := r.skip()
 		if err != nil {
-			return nil, fmt.Errorf("command %d body: %v: %w", i, err, ErrMalformed)
+			return nil, fmt.Errorf("command %d body: %w", i, err)
 		}
 		spec, ok := lookup(Type(t))
 		if !ok {
 			return nil, fmt.Errorf("command %d: type %d: %w", i, t, ErrUnknownType)
 		}
 		c := spec.newCmd()
-		if err := msgpack.Unmarshal(raw, c); err != nil {
+		if err := decodeBody(c, body); err != nil {
 			e.Commands = append(e.Commands, &Malformed{Of: Type(t), Err: err.Error()})
 			continue
 		}
 		e.Commands = append(e.Commands, c)
 	}
-	if rd.Len() != 0 {
+	if r.i != len(r.b) {
 		return nil, fmt.Errorf("trailing bytes after entry: %w", ErrMalformed)
 	}
 	return e, nil
+}
+
+func decodeBody(c Command, body []byte) error {
+	fd, ok := c.(fastDecoder)
+	if !ok {
+		return msgpack.Unmarshal(body, c)
+	}
+	br := &mpReader{b: body}
+	if err := fd.decodeFrom(br); err != nil {
+		return err
+	}
+	if br.i != len(body) {
+		return br.fail("trailing data in command")
+	}
+	return nil
 }
 
 // Malformed stands in for a command whose body did not decode. It is never

@@ -1,0 +1,219 @@
+package fsm
+
+import (
+	"errors"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Hand-written msgpack for the commands on the hot path. The bytes are
+// ordinary msgpack (arrays, strings, bins, booleans, integers); writing them
+// by hand avoids reflection, and reading them with mpReader lets payloads
+// alias the log entry instead of being copied (the segment encoder copies
+// them once into the stored blob).
+//
+// Push:  [ [ [queue, partition, txid, traceId(bin16|nil), producerSub, payload(bin), encrypted], ... ] ]
+// Ack:   [ group, [ [txid, partitionId(bin16), partitionOK, leaseId(bin16|nil), hasLease, status, statusText, error], ... ] ]
+
+func encodeItem(enc *msgpack.Encoder, it *PushItem) error {
+	var trace []byte
+	if it.HasTrace {
+		trace = it.TraceID[:]
+	}
+	return errors.Join(
+		enc.EncodeArrayLen(7),
+		enc.EncodeString(it.Queue),
+		enc.EncodeString(it.Partition),
+		enc.EncodeString(it.TxID),
+		enc.EncodeBytes(trace),
+		enc.EncodeString(it.ProducerSub),
+		enc.EncodeBytes(it.Payload),
+		enc.EncodeBool(it.Encrypted),
+	)
+}
+
+func encodeItems(enc *msgpack.Encoder, items []PushItem) error {
+	if err := enc.EncodeArrayLen(len(items)); err != nil {
+		return err
+	}
+	for i := range items {
+		if err := encodeItem(enc, &items[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func decodeItems(r *mpReader) ([]PushItem, error) {
+	n, err := r.arrayLen()
+	if err != nil {
+		return nil, err
+	}
+	// Each item takes at least 8 bytes: bound the allocation by the input.
+	if n > (len(r.b)-r.i)/8+1 {
+		return nil, r.fail("item count")
+	}
+	items := make([]PushItem, n)
+	for i := range items {
+		it := &items[i]
+		if l, err := r.arrayLen(); err != nil || l != 7 {
+			return nil, r.fail("push item")
+		}
+		var trace []byte
+		if it.Queue, err = r.str(); err != nil {
+			return nil, err
+		}
+		if it.Partition, err = r.str(); err != nil {
+			return nil, err
+		}
+		if it.TxID, err = r.str(); err != nil {
+			return nil, err
+		}
+		if trace, err = r.bin(); err != nil {
+			return nil, err
+		}
+		switch len(trace) {
+		case 0:
+		case 16:
+			it.HasTrace = true
+			copy(it.TraceID[:], trace)
+		default:
+			return nil, r.fail("trace id")
+		}
+		if it.ProducerSub, err = r.str(); err != nil {
+			return nil, err
+		}
+		if it.Payload, err = r.bin(); err != nil {
+			return nil, err
+		}
+		if it.Encrypted, err = r.bool(); err != nil {
+			return nil, err
+		}
+	}
+	return items, nil
+}
+
+// EncodeMsgpack implements msgpack.CustomEncoder.
+func (c *Push) EncodeMsgpack(enc *msgpack.Encoder) error {
+	if err := enc.EncodeArrayLen(1); err != nil {
+		return err
+	}
+	return encodeItems(enc, c.Items)
+}
+
+func (c *Push) decodeFrom(r *mpReader) error {
+	if n, err := r.arrayLen(); err != nil || n != 1 {
+		return r.fail("push")
+	}
+	items, err := decodeItems(r)
+	c.Items = items
+	return err
+}
+
+// DecodeMsgpack implements msgpack.CustomDecoder.
+func (c *Push) DecodeMsgpack(dec *msgpack.Decoder) error { return decodeVia(dec, c.decodeFrom) }
+
+// EncodeMsgpack implements msgpack.CustomEncoder.
+func (c *Ack) EncodeMsgpack(enc *msgpack.Encoder) error {
+	if err := errors.Join(enc.EncodeArrayLen(2), enc.EncodeString(c.Group), enc.EncodeArrayLen(len(c.Items))); err != nil {
+		return err
+	}
+	for i := range c.Items {
+		it := &c.Items[i]
+		var lease []byte
+		if it.HasLease {
+			lease = it.LeaseID[:]
+		}
+		err := errors.Join(
+			enc.EncodeArrayLen(8),
+			enc.EncodeString(it.TxID),
+			enc.EncodeBytes(it.PartitionID[:]),
+			enc.EncodeBool(it.PartitionOK),
+			enc.EncodeBytes(lease),
+			enc.EncodeBool(it.HasLease),
+			enc.EncodeUint(uint64(it.Status)),
+			enc.EncodeString(it.StatusText),
+			enc.EncodeString(it.Error),
+		)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Ack) decodeFrom(r *mpReader) error {
+	if n, err := r.arrayLen(); err != nil || n != 2 {
+		return r.fail("ack")
+	}
+	var err error
+	if c.Group, err = r.str(); err != nil {
+		return err
+	}
+	n, err := r.arrayLen()
+	if err != nil {
+		return err
+	}
+	if n > (len(r.b)-r.i)/9+1 {
+		return r.fail("acknowledgment count")
+	}
+	c.Items = make([]AckItem, n)
+	for i := range c.Items {
+		it := &c.Items[i]
+		if l, err := r.arrayLen(); err != nil || l != 8 {
+			return r.fail("acknowledgment")
+		}
+		if it.TxID, err = r.str(); err != nil {
+			return err
+		}
+		if it.PartitionID, err = r.uuid(); err != nil {
+			return err
+		}
+		if it.PartitionOK, err = r.bool(); err != nil {
+			return err
+		}
+		if it.LeaseID, err = r.uuid(); err != nil {
+			return err
+		}
+		if it.HasLease, err = r.bool(); err != nil {
+			return err
+		}
+		st, err := r.uint()
+		if err != nil || st > 255 {
+			return r.fail("ack status")
+		}
+		it.Status = uint8(st)
+		if it.StatusText, err = r.str(); err != nil {
+			return err
+		}
+		if it.Error, err = r.str(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DecodeMsgpack implements msgpack.CustomDecoder.
+func (c *Ack) DecodeMsgpack(dec *msgpack.Decoder) error { return decodeVia(dec, c.decodeFrom) }
+
+// decodeVia runs a hand-written decoder on the next raw value of dec (a
+// fresh copy, so aliasing it is safe).
+func decodeVia(dec *msgpack.Decoder, fn func(*mpReader) error) error {
+	raw, err := dec.DecodeRaw()
+	if err != nil {
+		return err
+	}
+	r := &mpReader{b: raw}
+	if err := fn(r); err != nil {
+		return err
+	}
+	if r.i != len(r.b) {
+		return r.fail("trailing data")
+	}
+	return nil
+}
+
+// fastDecoder is implemented by commands with a zero-copy decoder.
+type fastDecoder interface {
+	decodeFrom(r *mpReader) error
+}
