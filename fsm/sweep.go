@@ -60,6 +60,11 @@ func applySweep(a *applier, c *Sweep) any {
 		return res
 	}
 	budget := uint64(c.MaxSegments)
+	type endedBatch struct {
+		name string
+		g    segments.Group
+	}
+	var ended []endedBatch
 	var parts []*segments.Partition
 	must(a.tx.ForEachPartition(q.ID, "", func(p *segments.Partition) (bool, error) {
 		if p.Messages > 0 {
@@ -116,6 +121,23 @@ func applySweep(a *applier, c *Sweep) any {
 		}
 		budget -= uint64(len(doomed))
 		must(a.tx.PutPartition(p))
+		// A batch whose messages are all gone can never be acked: end it,
+		// so its group resumes at the next stored offset at once instead
+		// of waiting for the lease to expire.
+		must(a.tx.ForEachGroup(p.ID, func(name string, g *segments.Group) (bool, error) {
+			if g.HasBatch() && g.LeaseLast < p.FirstOffset {
+				ended = append(ended, endedBatch{name, *g})
+			}
+			return true, nil
+		}))
+		for _, e := range ended {
+			if e.g.HasLease() {
+				must(a.tx.UnindexLease(e.g.LeaseID, p.ID, e.name))
+			}
+			e.g.EndBatch()
+			must(a.tx.PutGroup(p.ID, e.name, &e.g))
+		}
+		ended = ended[:0]
 		// Leases over deleted messages may now cover nothing: wake parked
 		// pops so they re-evaluate.
 		a.events.touch(q.Name)

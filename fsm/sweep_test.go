@@ -156,12 +156,17 @@ func TestSweepMaxWaitIgnoresRetentionFlagAndLeases(t *testing.T) {
 	if len(m.deadLetters("q")) != 0 {
 		t.Fatal("maxWait dead-lettered")
 	}
-	// The leased message is gone: its ack is unresolvable, the lease runs on.
+	// The leased message is gone: its ack is unresolvable, and since the
+	// whole batch was deleted the lease ended with it, so the group moves on
+	// to the next stored message at once instead of waiting for the expiry.
 	if ar := m.ack("", ackAll(r, AckCompleted)...); ar.Items[0].Error != ErrUnresolvable {
 		t.Fatalf("ack %+v", ar.Items[0])
 	}
-	if p := m.pop(Lease{Queue: "q", Batch: 10}); p.Count() != 0 {
-		t.Fatalf("leased partition delivered %v", txids(p))
+	if g := m.group("q", "p", QueueMode); g.HasLease() || g.HasBatch() {
+		t.Fatalf("a batch whose messages were all deleted is still open: %+v", g)
+	}
+	if p := m.pop(Lease{Queue: "q", Batch: 10}); !slices.Equal(txids(p), []string{"b"}) {
+		t.Fatalf("after the sweep the group gets %v, want [b]", txids(p))
 	}
 }
 

@@ -112,6 +112,10 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 	ctx := r.Context()
 	deadline := arrival.Add(p.timeout)
 	c := &p.lease
+	// parked: the pop has waited on an empty scope. minPopWaitTime is for
+	// a queue that already has messages; a pop woken from the long-poll
+	// park claims at once (queue-options.md, minPopWaitTime).
+	parked := false
 	for {
 		var wt *waiter
 		if p.wait {
@@ -126,7 +130,7 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 			return
 		}
 		if check.Deliverable > 0 || check.NeedsRecord {
-			if p.wait && check.Deliverable > 0 && check.Deliverable < c.Batch && c.Batch > 1 && check.MinPopWait > 0 {
+			if p.wait && !parked && check.Deliverable > 0 && check.Deliverable < c.Batch && c.Batch > 1 && check.MinPopWait > 0 {
 				s.fillWait(ctx, check.MinPopWait, deadline)
 			}
 			if ctx.Err() != nil {
@@ -153,6 +157,7 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 			}
 		}
 		s.metrics.parked.Inc()
+		parked = true
 		timer := time.NewTimer(max(time.Until(until), 0))
 		select {
 		case <-wt.ch:
