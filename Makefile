@@ -8,7 +8,7 @@ GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 # Tests run with the race detector; CI machines have 2 cores.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: all build run test test-short bench lint fmt cluster cluster-stop docker-image docker-cluster docker-cluster-stop clean
+.PHONY: all build run test test-short bench bench-nats lint fmt cluster cluster-stop docker-image docker-cluster docker-cluster-stop clean
 
 all: build
 
@@ -29,6 +29,12 @@ test-short:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./fsm/ ./segments/ ./httpapi/...
+
+# Crown against NATS JetStream, three local nodes each, same workload; extra
+# workload flags in BENCH_FLAGS (e.g. BENCH_FLAGS="--count 100000"); see
+# scripts/bench-vs-nats.sh --help.
+bench-nats:
+	./scripts/bench-vs-nats.sh $(BENCH_FLAGS)
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
