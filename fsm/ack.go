@@ -53,6 +53,12 @@ type groupCursor struct {
 	queue *segments.Queue
 	g     *segments.Group // nil while the group has no state here
 	dirty bool
+	// leased maps the transaction ids of the live batch to their offsets,
+	// read with one scan when the command starts: acks almost always name
+	// messages of the batch their consumer holds, and one scan is cheaper
+	// than a B+tree lookup per item. Within the batch the first occurrence
+	// of a reused id wins.
+	leased map[string]uint64
 	// The live lease at the start of the command: an ack carrying this
 	// lease id stays valid for the whole command even after an earlier item
 	// released it (one charge per delivery, queen-api.md 4.10).
@@ -75,8 +81,20 @@ func (s *ackSession) cursor(p *segments.Partition) *groupCursor {
 	c := &groupCursor{part: p}
 	c.queue = must1(s.a.tx.QueueByID(p.QueueID))
 	c.g = must1(s.a.tx.Group(p.ID, s.group))
-	if c.g != nil && c.g.LeaseLive(s.a.now) {
-		c.leaseAtStart = c.g.LeaseID
+	if g := c.g; g != nil && g.LeaseLive(s.a.now) {
+		c.leaseAtStart = g.LeaseID
+		if g.Next <= g.LeaseLast {
+			c.leased = make(map[string]uint64, g.LeaseDelivered)
+			must(s.a.tx.Scan(p.ID, g.Next, func(sm *segments.StoredMessage) (bool, error) {
+				if sm.Offset > g.LeaseLast {
+					return false, nil
+				}
+				if _, dup := c.leased[sm.TxID]; !dup {
+					c.leased[sm.TxID] = sm.Offset
+				}
+				return true, nil
+			}))
+		}
 	}
 	s.cursors[p.ID] = c
 	s.order = append(s.order, c)
@@ -96,25 +114,15 @@ func (s *ackSession) resolve(it *AckItem) (ackTarget, bool) {
 	} else if p = must1(s.a.tx.PartitionByUUID(it.PartitionID)); p == nil {
 		return ackTarget{}, false
 	}
+	c := s.cursor(p)
+	if off, ok := c.leased[it.TxID]; ok {
+		return ackTarget{cur: c, offset: off}, true
+	}
 	ref, ok := s.a.tx.TxID(p.ID, it.TxID)
 	if !ok {
 		return ackTarget{}, false
 	}
-	c := s.cursor(p)
-	off := ref.Offset
-	if g := c.g; g != nil && g.LeaseLive(s.a.now) && (off < g.Next || off > g.LeaseLast) && g.Next <= g.LeaseLast {
-		must(s.a.tx.Scan(p.ID, g.Next, func(sm *segments.StoredMessage) (bool, error) {
-			if sm.Offset > g.LeaseLast {
-				return false, nil
-			}
-			if sm.TxID == it.TxID {
-				off = sm.Offset
-				return false, nil
-			}
-			return true, nil
-		}))
-	}
-	return ackTarget{cur: c, offset: off}, true
+	return ackTarget{cur: c, offset: ref.Offset}, true
 }
 
 func (s *ackSession) cursorByUUID(id [16]byte) *groupCursor {

@@ -115,7 +115,7 @@ func BenchmarkCheckPop(b *testing.B) {
 	l := &Lease{Scope: ScopeWildcard, Queue: "q", Group: QueueMode, Batch: 100, WindowBatch: 100}
 	b.ReportAllocs()
 	for b.Loop() {
-		if pc, err := m.f.CheckPop(l, m.now.UnixMicro()); err != nil || pc.Deliverable != 100 {
+		if pc, err := m.f.CheckPop(l, m.now.UnixMicro(), true); err != nil || pc.Deliverable != 1 {
 			b.Fatalf("%+v %v", pc, err)
 		}
 	}

@@ -5,6 +5,7 @@
 package fsm
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +50,10 @@ type FSM struct {
 	store *segments.Store
 
 	applied atomic.Uint64
+	// appliedCh is closed and replaced after every commit, so waiters for
+	// an index sleep until something was applied instead of polling.
+	appliedMu sync.Mutex
+	appliedCh chan struct{}
 
 	obsMu     sync.Mutex
 	observers []func(*Events)
@@ -74,7 +79,7 @@ func Open(cfg Config) (*FSM, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create state directory: %w", err)
 	}
-	f := &FSM{cfg: cfg, log: cfg.Logger.With("component", "fsm")}
+	f := &FSM{cfg: cfg, log: cfg.Logger.With("component", "fsm"), appliedCh: make(chan struct{})}
 	if err := f.checkCrash(); err != nil {
 		return nil, err
 	}
@@ -166,6 +171,31 @@ func (f *FSM) Close() error {
 // AppliedIndex is the last Raft index whose effects the state holds.
 func (f *FSM) AppliedIndex() uint64 { return f.applied.Load() }
 
+func (f *FSM) setApplied(i uint64) {
+	f.applied.Store(i)
+	f.appliedMu.Lock()
+	close(f.appliedCh)
+	f.appliedCh = make(chan struct{})
+	f.appliedMu.Unlock()
+}
+
+// WaitApplied blocks until the state holds index, or ctx ends.
+func (f *FSM) WaitApplied(ctx context.Context, index uint64) error {
+	for {
+		f.appliedMu.Lock()
+		ch := f.appliedCh
+		f.appliedMu.Unlock()
+		if f.applied.Load() >= index {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for index %d (applied %d): %w", index, f.applied.Load(), ctx.Err())
+		}
+	}
+}
+
 // Subscribe registers fn to be called after every committed batch, on the
 // apply goroutine: it must not block.
 func (f *FSM) Subscribe(fn func(*Events)) {
@@ -227,7 +257,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 			logs[0].Index, logs[len(logs)-1].Index, err))
 	}
 	last := logs[len(logs)-1].Index
-	f.applied.Store(last)
+	f.setApplied(last)
 	events.Index = last
 	f.notify(events)
 	return results
@@ -368,7 +398,7 @@ func (f *FSM) swapIn(tmp string) (uint64, error) {
 	if err := st.View(func(tx *segments.Tx) error { applied = tx.Applied(); return nil }); err != nil {
 		return 0, err
 	}
-	f.applied.Store(applied)
+	f.setApplied(applied)
 	return applied, nil
 }
 

@@ -1,8 +1,6 @@
 package fsm
 
 import (
-	"bytes"
-
 	"github.com/crownmq/crown/segments"
 )
 
@@ -168,9 +166,11 @@ func (a *applier) tryClaim(p *popState, q *segments.Queue, part *segments.Partit
 		retry = g.Retry
 	}
 	var (
-		n    uint32
-		last uint64
-		msgs []DeliveredMessage
+		n      uint32
+		last   uint64
+		msgs   []DeliveredMessage
+		arena  []byte // every payload of the claim, copied once
+		starts []int  // where each message's payload starts in arena
 	)
 	must(a.tx.Scan(part.ID, start, func(sm *segments.StoredMessage) (bool, error) {
 		if sm.CreatedAt > e.visible || (e.before != 0 && sm.Offset >= e.before) {
@@ -183,14 +183,22 @@ func (a *applier) tryClaim(p *popState, q *segments.Queue, part *segments.Partit
 		if a.full {
 			msgs = append(msgs, DeliveredMessage{
 				ID: sm.ID, TxID: sm.TxID, TraceID: sm.TraceID, HasTrace: sm.HasTrace,
-				ProducerSub: sm.ProducerSub, Payload: bytes.Clone(sm.Payload),
-				Encrypted: sm.Encrypted, CreatedAt: sm.CreatedAt, RetryCount: retry,
+				ProducerSub: sm.ProducerSub, Encrypted: sm.Encrypted, CreatedAt: sm.CreatedAt, RetryCount: retry,
 			})
+			starts = append(starts, len(arena))
+			arena = append(arena, sm.Payload...)
 		}
 		return n < p.remaining, nil
 	}))
 	if n == 0 {
 		return false
+	}
+	for i := range msgs {
+		end := len(arena)
+		if i+1 < len(msgs) {
+			end = starts[i+1]
+		}
+		msgs[i].Payload = arena[starts[i]:end:end]
 	}
 
 	if g == nil {

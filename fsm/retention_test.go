@@ -600,7 +600,7 @@ func (m *machine) checkPop(l Lease) PopCheck {
 	if l.WindowBatch == 0 && !l.SQLWindow {
 		l.WindowBatch = 100
 	}
-	pc, err := m.f.CheckPop(&l, m.now.UnixMicro())
+	pc, err := m.f.CheckPop(&l, m.now.UnixMicro(), true)
 	if err != nil {
 		m.t.Fatal(err)
 	}
@@ -661,7 +661,7 @@ func TestCheckPopWakeAtWindow(t *testing.T) {
 		t.Fatalf("SQL check %+v, want WakeAt last+2s", pc)
 	}
 	m.now = mark.Add(2 * time.Second)
-	if pc := m.checkPop(Lease{Queue: "q", Batch: 10}); pc.Deliverable != 2 {
+	if pc := m.checkPop(Lease{Queue: "q", Batch: 10}); pc.Deliverable == 0 {
 		t.Fatalf("hot-list at WakeAt %+v", pc)
 	}
 	if pc := m.checkPop(Lease{Queue: "q", Batch: 10, SQLWindow: true}); pc.Deliverable != 0 {
@@ -675,7 +675,7 @@ func TestCheckPopWakeAtWindow(t *testing.T) {
 		t.Fatalf("99 messages %+v", pc)
 	}
 	m2.push(items("q", "p", "m100")...)
-	if pc := m2.checkPop(Lease{Queue: "q", Batch: 500}); pc.Deliverable != 100 {
+	if pc := m2.checkPop(Lease{Queue: "q", Batch: 500}); pc.Deliverable == 0 {
 		t.Fatalf("100 messages %+v", pc)
 	}
 	if r := m2.pop(Lease{Queue: "q", Batch: 500}); r.Count() != 100 {
@@ -705,5 +705,28 @@ func TestCheckPopWakeAtLeaseAndMinPopWait(t *testing.T) {
 	pc = m.checkPop(Lease{Scope: ScopeDiscovery, Namespace: "ns", Batch: 10})
 	if pc.Deliverable != 0 || pc.WakeAt != pushed.Add(5*time.Second).UnixMicro() || pc.MinPopWait != 700 {
 		t.Fatalf("discovery check %+v", pc)
+	}
+}
+
+// CheckPop counts deliverable messages only when the fill-wait decision
+// needs the number (count requested and minPopWaitTime set); otherwise it
+// stops at the first one.
+func TestCheckPopCountsOnlyForFillWait(t *testing.T) {
+	m := newMachine(t)
+	configureWith(m, "q", func(o *segments.Options) { o.MinPopWaitTime = 300 })
+	m.push(items("q", "p", seq("m", 5)...)...)
+	l := &Lease{Scope: ScopeWildcard, Queue: "q", Group: QueueMode, Batch: 10, WindowBatch: 100}
+	for _, tc := range []struct {
+		count bool
+		want  uint32
+	}{{true, 5}, {false, 1}} {
+		pc, err := m.f.CheckPop(l, m.now.UnixMicro(), tc.count)
+		if err != nil || pc.Deliverable != tc.want || pc.MinPopWait != 300 {
+			t.Fatalf("count=%v: %+v %v, want %d", tc.count, pc, err, tc.want)
+		}
+	}
+	configureWith(m, "q", func(o *segments.Options) {})
+	if pc, _ := m.f.CheckPop(l, m.now.UnixMicro(), true); pc.Deliverable != 1 {
+		t.Fatalf("without minPopWaitTime: %+v", pc)
 	}
 }

@@ -32,15 +32,23 @@ type PopCheck struct {
 	MinPopWait int64
 }
 
-// CheckPop evaluates a pop against the local state at now without changing it.
-func (f *FSM) CheckPop(c *Lease, now int64) (PopCheck, error) {
+// CheckPop evaluates a pop against the local state at now without changing
+// it. It stops at the first deliverable message unless count is set and a
+// queue in scope has minPopWaitTime, in which case it counts up to the
+// pop's batch (the fill-wait decision needs the number).
+func (f *FSM) CheckPop(c *Lease, now int64, count bool) (PopCheck, error) {
 	var pc PopCheck
 	err := f.View(func(tx *segments.Tx) (err error) {
 		defer recoverStorage(&err)
 		if key := firstContactKey(c); key != nil && must1(tx.Subscription(key)) == nil {
 			pc.NeedsRecord = true
 		}
-		batch := max(c.Batch, 1)
+		limit := func() uint32 {
+			if count && pc.MinPopWait > 0 {
+				return max(c.Batch, 1)
+			}
+			return 1
+		}
 		wake := func(t int64) {
 			if t > 0 && (pc.WakeAt == 0 || t < pc.WakeAt) {
 				pc.WakeAt = t
@@ -61,9 +69,9 @@ func (f *FSM) CheckPop(c *Lease, now int64) (PopCheck, error) {
 					return false, nil
 				}
 				pc.Deliverable++
-				return pc.Deliverable < batch, nil
+				return pc.Deliverable < limit(), nil
 			}))
-			return pc.Deliverable < batch
+			return pc.Deliverable < limit()
 		}
 		forEachCandidate(tx, c, func(q *segments.Queue) { pc.MinPopWait = max(pc.MinPopWait, q.Options.MinPopWaitTime) }, visit)
 		return nil

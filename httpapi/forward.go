@@ -92,6 +92,27 @@ func (s *Server) nodeURL(id string) string {
 	return ""
 }
 
+// forwardEarly relays a write to the leader before parsing it when this
+// node is a follower with a known leader: the leader validates and answers,
+// so a forwarded request is parsed once, not twice. It reports whether it
+// wrote the response. Without a known leader the request is parsed here
+// (bad input still gets its 400) and commit waits for one.
+func (s *Server) forwardEarly(w http.ResponseWriter, r *http.Request, body []byte) bool {
+	if s.cluster.IsLeader() {
+		return false
+	}
+	id, _ := s.cluster.Leader()
+	if id == "" || id == s.cfg.NodeID {
+		return false
+	}
+	leader := s.nodeURL(id)
+	if leader == "" {
+		return false
+	}
+	s.fwd.relay(w, r, body, leader)
+	return true
+}
+
 // commit applies cmd through Raft and returns its result. On a follower, or
 // when leadership moves mid-request, it forwards the original request to
 // the leader and relays the leader's answer unchanged; it then returns

@@ -50,7 +50,7 @@ func decodeObject(b []byte, where string) (map[string]json.RawMessage, *apiError
 		return nil, badRequest(codeInvalidJSON, where, "Invalid JSON: %v", err)
 	}
 	m := make(map[string]json.RawMessage, 8)
-	if err := jsonscan.Object(v, func(k string, val []byte) error {
+	if err := jsonscan.ObjectValid(v, func(k string, val []byte) error {
 		m[k] = val
 		return nil
 	}); err != nil {
@@ -146,7 +146,9 @@ func parsePushItems(raw json.RawMessage, field string, lim Limits, allowData boo
 	}
 	out := make([]fsm.PushItem, 0, 16)
 	var aerr *apiError
-	err := jsonscan.Array(raw, func(elem []byte) error {
+	// raw is part of a body decodeObject validated: walk it without
+	// validating again.
+	err := jsonscan.ArrayValid(raw, func(elem []byte) error {
 		if len(out) == lim.MaxItems {
 			aerr = badRequest(codeLimit, field, "%s holds more than %d items; the limit is %d per request", field, lim.MaxItems, lim.MaxItems)
 			return aerr
@@ -169,7 +171,7 @@ func parsePushItems(raw json.RawMessage, field string, lim Limits, allowData boo
 
 func parsePushItem(raw json.RawMessage, field string, i int, lim Limits, allowData bool, out *fsm.PushItem) *apiError {
 	var r rawPushItem
-	if jsonscan.Object(raw, r.member) != nil {
+	if jsonscan.ObjectValid(raw, r.member) != nil {
 		where := fmt.Sprintf("%s[%d]", field, i)
 		return badRequest(codeInvalidField, where, "%s must be an object", where)
 	}
@@ -203,9 +205,9 @@ func (r *rawPushItem) into(where string, lim Limits, allowData bool, out *fsm.Pu
 	if err != nil {
 		return err
 	}
-	for _, f := range [][2]string{{"queue", q}, {"partition", part}, {"transactionId", tx}} {
-		if err := checkName(where+"."+f[0], f[1]); err != nil {
-			return err
+	for _, f := range [...][2]string{{"queue", q}, {"partition", part}, {"transactionId", tx}} {
+		if len(f[1]) > fsm.MaxNameBytes {
+			return checkName(where+"."+f[0], f[1])
 		}
 	}
 	out.Queue, out.Partition, out.TxID = q, part, tx
@@ -410,7 +412,10 @@ func (r *rawAck) item(where, txMsg, partMsg string) (fsm.AckItem, *apiError) {
 	if !ok {
 		return it, badRequest(codeMissingField, where+"partitionId", "%s", partMsg)
 	}
-	if err := checkName(where+"transactionId", tx); err != nil {
+	if len(tx) > fsm.MaxNameBytes {
+		return it, checkName(where+"transactionId", tx)
+	}
+	if err := checkName("transactionId", tx); err != nil {
 		return it, err
 	}
 	it.TxID = tx
@@ -500,7 +505,7 @@ func parseAckBatch(body []byte, lim Limits) (*fsm.Ack, *apiError) {
 	}
 	c := &fsm.Ack{Group: g, Items: make([]fsm.AckItem, 0, 16)}
 	var aerr *apiError
-	serr := jsonscan.Array(raw, func(elem []byte) error {
+	serr := jsonscan.ArrayValid(raw, func(elem []byte) error {
 		i := len(c.Items)
 		where := fmt.Sprintf("acknowledgments[%d]", i)
 		if i == lim.MaxItems {
@@ -508,7 +513,7 @@ func parseAckBatch(body []byte, lim Limits) (*fsm.Ack, *apiError) {
 			return aerr
 		}
 		var r rawAck
-		if jsonscan.Object(elem, r.member) != nil {
+		if jsonscan.ObjectValid(elem, r.member) != nil {
 			aerr = badRequest(codeInvalidField, where, "Each acknowledgment must be an object")
 			return aerr
 		}

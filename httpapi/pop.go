@@ -123,7 +123,8 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 			// the wait cannot be missed.
 			wt = s.waiters.add(c)
 		}
-		check, err := s.state.CheckPop(c, time.Now().UnixMicro())
+		count := p.wait && !parked && c.Batch > 1
+		check, err := s.state.CheckPop(c, time.Now().UnixMicro(), count)
 		if err != nil {
 			s.waiters.remove(wt)
 			writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})

@@ -18,6 +18,9 @@ func (s *Server) handleConfigure(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
+	if s.forwardEarly(w, r, body) {
+		return
+	}
 	c, aerr := parseConfigure(body)
 	if aerr != nil {
 		writeError(w, aerr)
@@ -62,6 +65,9 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	body, aerr := readBody(r, s.cfg.Limits.MaxBodyBytes)
 	if aerr != nil {
 		writeError(w, aerr)
+		return
+	}
+	if s.forwardEarly(w, r, body) {
 		return
 	}
 	m, aerr := decodeObject(body, "")
@@ -165,6 +171,9 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, parse func([]byte) 
 		writeError(w, aerr)
 		return
 	}
+	if s.forwardEarly(w, r, body) {
+		return
+	}
 	c, aerr := parse(body)
 	if aerr != nil {
 		writeError(w, aerr)
@@ -190,6 +199,9 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 	body, aerr := readBody(r, s.cfg.Limits.MaxBodyBytes)
 	if aerr != nil {
 		writeError(w, aerr)
+		return
+	}
+	if s.forwardEarly(w, r, body) {
 		return
 	}
 	c, aerr := parseTransaction(body, s.cfg.Limits)
@@ -249,6 +261,9 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 	body, aerr := readBody(r, s.cfg.Limits.MaxBodyBytes)
 	if aerr != nil {
 		writeError(w, aerr)
+		return
+	}
+	if s.forwardEarly(w, r, body) {
 		return
 	}
 	leaseID := pathVar(r, "leaseId")

@@ -83,6 +83,9 @@ func (s *Server) handleGetQueue(w http.ResponseWriter, r *http.Request) {
 
 // DELETE /api/v1/resources/queues/{queue}
 func (s *Server) handleDeleteQueue(w http.ResponseWriter, r *http.Request) {
+	if s.forwardEarly(w, r, nil) {
+		return
+	}
 	name := pathVar(r, "queue")
 	c := &fsm.DeleteQueue{Queue: name}
 	if err := c.Validate(); err != nil {

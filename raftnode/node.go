@@ -327,19 +327,7 @@ func (n *Node) ReadIndex() (uint64, error) {
 
 // WaitApplied blocks until the state machine has applied index, or ctx ends.
 func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
-	if n.fsm.AppliedIndex() >= index {
-		return nil
-	}
-	t := time.NewTicker(2 * time.Millisecond)
-	defer t.Stop()
-	for n.fsm.AppliedIndex() < index {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for index %d (applied %d): %w", index, n.fsm.AppliedIndex(), ctx.Err())
-		case <-t.C:
-		}
-	}
-	return nil
+	return n.fsm.WaitApplied(ctx, index)
 }
 
 // Member is one server of the Raft configuration.

@@ -12,6 +12,7 @@
 package jsonscan
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
@@ -373,4 +374,144 @@ func Unquote(v []byte) (string, bool) {
 		i += 2
 	}
 	return string(out), true
+}
+
+// ---- walking values already validated ----
+
+// fastSkip steps over the value at b[i] of JSON already validated by Value,
+// checking only structure (no grammar, no UTF-8): strings are found with
+// IndexByte. It never reads out of bounds; on input that was not validated
+// it may return a wrong span but reports -1 rather than running off the end.
+func fastSkip(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"':
+		return fastString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				if i = fastString(b, i); i < 0 {
+					return -1
+				}
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return -1
+	default:
+		for i < len(b) {
+			switch b[i] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return i
+			}
+			i++
+		}
+		return i
+	}
+}
+
+func fastString(b []byte, i int) int {
+	j := i + 1
+	for {
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
+			return -1
+		}
+		j += k
+		// The quote closes the string unless an odd number of backslashes precede it.
+		n := 0
+		for p := j - 1; p > i && b[p] == '\\'; p-- {
+			n++
+		}
+		if n%2 == 0 {
+			return j + 1
+		}
+		j++
+	}
+}
+
+// ObjectValid is Object for a value already validated (a part of what Value
+// returned): it only walks structure, so nested walks do not validate the
+// same bytes again.
+func ObjectValid(v []byte, fn func(key string, val []byte) error) error {
+	if len(v) == 0 || v[0] != '{' {
+		return ErrNotObject
+	}
+	i := skipSpace(v, 1)
+	if i < len(v) && v[i] == '}' {
+		return nil
+	}
+	for i < len(v) {
+		kend := fastString(v, i)
+		if kend < 0 || v[i] != '"' {
+			return syntaxErr(i, "expected a member name")
+		}
+		key, ok := Unquote(v[i:kend])
+		if !ok {
+			return syntaxErr(i, "invalid member name")
+		}
+		i = skipSpace(v, kend)
+		if i >= len(v) || v[i] != ':' {
+			return syntaxErr(i, "expected ':'")
+		}
+		i = skipSpace(v, i+1)
+		end := fastSkip(v, i)
+		if end < 0 {
+			return syntaxErr(i, "unterminated value")
+		}
+		if err := fn(key, v[i:end]); err != nil {
+			return err
+		}
+		i = skipSpace(v, end)
+		if i < len(v) && v[i] == ',' {
+			i = skipSpace(v, i+1)
+			continue
+		}
+		if i < len(v) && v[i] == '}' {
+			return nil
+		}
+		return syntaxErr(i, "expected ',' or '}'")
+	}
+	return syntaxErr(i, "unexpected end of object")
+}
+
+// ArrayValid is Array for a value already validated.
+func ArrayValid(v []byte, fn func(elem []byte) error) error {
+	if len(v) == 0 || v[0] != '[' {
+		return ErrNotArray
+	}
+	i := skipSpace(v, 1)
+	if i < len(v) && v[i] == ']' {
+		return nil
+	}
+	for i < len(v) {
+		end := fastSkip(v, i)
+		if end < 0 {
+			return syntaxErr(i, "unterminated value")
+		}
+		if err := fn(v[i:end]); err != nil {
+			return err
+		}
+		i = skipSpace(v, end)
+		if i < len(v) && v[i] == ',' {
+			i = skipSpace(v, i+1)
+			continue
+		}
+		if i < len(v) && v[i] == ']' {
+			return nil
+		}
+		return syntaxErr(i, "expected ',' or ']'")
+	}
+	return syntaxErr(i, "unexpected end of array")
 }

@@ -92,6 +92,16 @@ func TestAppendStringRoundTrip(t *testing.T) {
 // FuzzScanner checks the scanner against encoding/json: it accepts exactly
 // what encoding/json accepts, minus invalid UTF-8 (refused on purpose), and
 // walks objects to the same members.
+// The trusted walkers never run off the end, whatever they are given.
+func FuzzTrustedWalkersOnGarbage(f *testing.F) {
+	f.Add([]byte(`{"a":"\\"}`))
+	f.Add([]byte(`["x\"]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ObjectValid(b, func(string, []byte) error { return nil })
+		ArrayValid(b, func([]byte) error { return nil })
+	})
+}
+
 func FuzzScanner(f *testing.F) {
 	for _, s := range []string{`{"items":[{"queue":"q","payload":{"a":[1,2.5e3,"x"]}}]}`, `[1,"2",null,true]`,
 		`"\u00e9"`, `{"a":{"b":{}}}`, `-0.0e-0`, "\"\xff\"", `{"a":1,"a":2}`} {
@@ -110,6 +120,28 @@ func FuzzScanner(f *testing.F) {
 			return
 		}
 		v, _ := Value(b)
+		// The trusted walkers agree with the validating ones on valid input.
+		var a, c [][]byte
+		if v[0] == '{' {
+			Object(v, func(k string, val []byte) error { a = append(a, []byte(k), val); return nil })
+			if err := ObjectValid(v, func(k string, val []byte) error { c = append(c, []byte(k), val); return nil }); err != nil {
+				t.Fatalf("ObjectValid on valid input: %v", err)
+			}
+		}
+		if v[0] == '[' {
+			Array(v, func(e []byte) error { a = append(a, e); return nil })
+			if err := ArrayValid(v, func(e []byte) error { c = append(c, e); return nil }); err != nil {
+				t.Fatalf("ArrayValid on valid input: %v", err)
+			}
+		}
+		if len(a) != len(c) {
+			t.Fatalf("trusted walk found %d parts, validating walk %d", len(c), len(a))
+		}
+		for i := range a {
+			if !bytes.Equal(a[i], c[i]) {
+				t.Fatalf("part %d: %q vs %q", i, c[i], a[i])
+			}
+		}
 		if len(v) > 0 && v[0] == '{' {
 			var m map[string]json.RawMessage
 			if err := json.Unmarshal(v, &m); err != nil {
