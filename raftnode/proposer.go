@@ -23,8 +23,9 @@ type ProposerConfig struct {
 	// together in the next entry: batches grow with load, and an idle node
 	// sends a lone command at once.
 	MaxInflight int
-	// Linger optionally holds an under-full batch back to let it fill
-	// (default 0: rely on the in-flight bound alone).
+	// Linger holds an under-full batch back up to this long to let it fill,
+	// but only while the node is busy (the previous entry carried more than
+	// one command), so a lone request on an idle node never waits.
 	Linger time.Duration
 	// EnqueueTimeout bounds how long Raft may take to accept an entry (default 10 s).
 	EnqueueTimeout time.Duration
@@ -57,6 +58,8 @@ type Proposer struct {
 	done  chan struct{}
 	wg    sync.WaitGroup
 	once  sync.Once
+	// busy is set when the previous entry carried more than one command.
+	busy bool
 }
 
 type proposal struct {
@@ -124,9 +127,13 @@ func (p *Proposer) run() {
 			return
 		}
 		batch, size := []*proposal{first}, first.size
-		var linger <-chan time.Time
-		if p.cfg.Linger > 0 {
-			linger = time.After(p.cfg.Linger)
+		var (
+			linger <-chan time.Time
+			timer  *time.Timer
+		)
+		if p.cfg.Linger > 0 && p.busy {
+			timer = time.NewTimer(p.cfg.Linger)
+			linger = timer.C
 		}
 	fill:
 		for len(batch) < p.cfg.MaxCommands && size < p.cfg.MaxBytes {
@@ -146,6 +153,10 @@ func (p *Proposer) run() {
 				break fill
 			}
 		}
+		if timer != nil {
+			timer.Stop()
+		}
+		p.busy = len(batch) > 1
 		p.submit(batch)
 	}
 }
