@@ -118,6 +118,13 @@ func (s *Server) forwardEarly(w http.ResponseWriter, r *http.Request, body []byt
 // the leader and relays the leader's answer unchanged; it then returns
 // ok=false because the response has been written.
 func (s *Server) commit(w http.ResponseWriter, r *http.Request, body []byte, cmd fsm.Command) (any, bool) {
+	return s.commitWith(w, r, body, cmd, writeError)
+}
+
+// commitWith is commit with the error writer of the calling API (the OJS
+// endpoints answer in their own error format).
+func (s *Server) commitWith(w http.ResponseWriter, r *http.Request, body []byte, cmd fsm.Command,
+	writeError func(http.ResponseWriter, *apiError)) (any, bool) {
 	for {
 		if s.cluster.IsLeader() {
 			res, idx, err := s.cluster.Propose(r.Context(), cmd)
@@ -151,14 +158,23 @@ func (s *Server) commit(w http.ResponseWriter, r *http.Request, body []byte, cmd
 		if target == "" {
 			continue // this node became leader while waiting
 		}
-		s.fwd.relay(w, r, body, target)
+		s.fwd.relayWith(w, r, body, target, writeError)
 		return nil, false
 	}
 }
 
 // relay forwards the request to the leader and copies its answer back.
 func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, body []byte, leader string) {
-	resp, aerr := f.do(r.Context(), r, body, leader, r.URL.RequestURI())
+	f.relayWith(w, r, body, leader, writeError)
+}
+
+// relayedHeaders are copied from the leader's answer to the client.
+var relayedHeaders = []string{"Content-Type", headerIndex, "Retry-After", "Location", "OJS-Version",
+	"X-Request-Id", "X-OJS-Queue-Depth", "X-OJS-Queue-Bound", "X-OJS-Queue-Pressure", "Allow"}
+
+func (f *forwarder) relayWith(w http.ResponseWriter, r *http.Request, body []byte, leader string,
+	writeError func(http.ResponseWriter, *apiError)) {
+	resp, aerr := f.doRetrying(r.Context(), r, body, leader, r.URL.RequestURI())
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -171,7 +187,7 @@ func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, body []byte, l
 		return
 	}
 	f.catchUp(r.Context(), resp)
-	for _, h := range []string{"Content-Type", headerIndex} {
+	for _, h := range relayedHeaders {
 		if v := resp.Header.Get(h); v != "" {
 			w.Header().Set(h, v)
 		}
@@ -195,7 +211,7 @@ func (f *forwarder) do(ctx context.Context, r *http.Request, body []byte, leader
 	if err != nil {
 		return nil, &apiError{Status: 500, Code: codeInternal, Message: "build forwarded request: " + err.Error()}
 	}
-	for _, h := range []string{"Content-Type", "Accept", "Authorization", "X-OJS-Client-Id"} {
+	for _, h := range []string{"Content-Type", "Accept", "Authorization", "X-OJS-Client-Id", "X-Request-Id", "OJS-Version"} {
 		if v := r.Header.Get(h); v != "" {
 			req.Header.Set(h, v)
 		}
@@ -203,22 +219,89 @@ func (f *forwarder) do(ctx context.Context, r *http.Request, body []byte, leader
 	req.Header.Set(headerHops, strconv.Itoa(hops+1))
 	resp, err := f.client.Do(req)
 	if err != nil {
+		if isDialError(err) {
+			return nil, &apiError{Status: http.StatusServiceUnavailable, Code: codeNoLeader, notSent: true,
+				Message: "The leader could not be reached; nothing was applied: " + err.Error()}
+		}
 		return nil, &apiError{Status: http.StatusServiceUnavailable, Code: codeNotLeaderForw,
 			Message: "Forwarding to the leader failed; the request may have been applied. Retry: pushes with the same transactionId are deduplicated: " + err.Error()}
 	}
 	return resp, nil
 }
 
+// isDialError reports a failure to open the connection: the request was
+// never written, so sending it again cannot apply it twice.
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// doRetrying sends a forwarded request, and while the leader cannot even be
+// dialled (it died and this node has not noticed yet) waits for a new one,
+// within --leader-wait, then gives up with no_leader: nothing was applied.
+func (f *forwarder) doRetrying(ctx context.Context, r *http.Request, body []byte, leader, uri string) (*http.Response, *apiError) {
+	deadline := time.Now().Add(f.s.cfg.LeaderWait)
+	for {
+		resp, aerr := f.do(ctx, r, body, leader, uri)
+		if aerr == nil || !aerr.notSent || !time.Now().Before(deadline) {
+			return resp, aerr
+		}
+		select {
+		case <-ctx.Done():
+			return nil, aerr
+		case <-time.After(50 * time.Millisecond):
+		}
+		next, lerr := f.s.leaderURL(ctx)
+		if lerr != nil {
+			return nil, lerr
+		}
+		if next == "" {
+			// This node became the leader while the request waited: the
+			// client retries and this node serves it.
+			return nil, &apiError{Status: http.StatusServiceUnavailable, Code: codeNoLeader,
+				Message: "Leadership moved to this node while the request waited; nothing was applied, retry"}
+		}
+		leader = next
+	}
+}
+
 // catchUp waits briefly until this node has applied the index the leader
-// reported, so a client that reads here next sees its own write.
+// reported, so a client that reads here next sees its own write. The index
+// is also remembered: local reads wait for every index this node has
+// relayed (see localRead), so a node that is still catching up (a
+// restarted follower the leader is backing off from) never answers a read
+// with state older than a write it acknowledged.
 func (f *forwarder) catchUp(ctx context.Context, resp *http.Response) {
 	idx, err := strconv.ParseUint(resp.Header.Get(headerIndex), 10, 64)
 	if err != nil || idx == 0 {
 		return
 	}
+	for {
+		cur := f.s.relayed.Load()
+		if idx <= cur || f.s.relayed.CompareAndSwap(cur, idx) {
+			break
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	f.s.cluster.WaitApplied(ctx, idx)
+}
+
+// localRead waits until this node has applied every write it relayed to a
+// client, within --leader-wait; past that the read is refused with 503
+// rather than served stale.
+func (s *Server) localRead(ctx context.Context) *apiError {
+	idx := s.relayed.Load()
+	if idx == 0 || s.cluster.Status().AppliedIndex >= idx {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.LeaderWait)
+	defer cancel()
+	if err := s.cluster.WaitApplied(ctx, idx); err != nil {
+		return &apiError{Status: http.StatusServiceUnavailable, Code: codeUnavailable,
+			Message: "This node is still catching up with the leader; retry, or read from another node: " + err.Error()}
+	}
+	return nil
 }
 
 // readBarrier makes a read linearizable when the client asks for it
@@ -227,8 +310,14 @@ func (f *forwarder) catchUp(ctx context.Context, resp *http.Response) {
 // Other reads are served from local state (see the README on staleness).
 func (s *Server) readBarrier(r *http.Request) *apiError {
 	if r.URL.Query().Get("consistency") != "linearizable" {
-		return nil
+		return s.localRead(r.Context())
 	}
+	return s.barrier(r)
+}
+
+// barrier waits until this node has applied the leader's confirmed commit
+// index: a local read after it is linearizable.
+func (s *Server) barrier(r *http.Request) *apiError {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.LeaderWait)
 	defer cancel()
 	for {

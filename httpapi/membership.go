@@ -34,12 +34,17 @@ func (s *Server) registered() bool {
 func (s *Server) KeepRegistered(ctx context.Context) {
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
+	// After a registration succeeds, this node's own (possibly lagging)
+	// copy of the registry needs time to show it: do not register again
+	// until it has had that time.
+	var quietUntil time.Time
 	for {
-		if !s.registered() {
+		if time.Now().After(quietUntil) && !s.registered() {
 			if err := s.register(ctx); err != nil {
 				s.log.Debug("registration pending", "error", err)
 			} else {
 				s.log.Info("registered in the node registry", "http", s.cfg.AdvertiseURL, "raft", s.cfg.RaftAddr)
+				quietUntil = time.Now().Add(15 * time.Second)
 			}
 		}
 		select {

@@ -242,7 +242,7 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request) (delivered, 
 	q := r.URL.Query()
 	q.Set("wait", "false")
 	uri := r.URL.EscapedPath() + "?" + q.Encode()
-	resp, aerr := s.fwd.do(r.Context(), r, nil, leader, uri)
+	resp, aerr := s.fwd.doRetrying(r.Context(), r, nil, leader, uri)
 	if aerr != nil {
 		writeError(w, aerr)
 		return false, true

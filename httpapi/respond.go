@@ -18,6 +18,10 @@ type apiError struct {
 	Code    string
 	Field   string
 	Message string
+	// notSent marks a forwarding failure that happened before the request
+	// left this node (the leader could not be dialled): nothing was
+	// applied, so the request may be sent again.
+	notSent bool
 }
 
 func (e *apiError) Error() string { return e.Message }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -72,6 +73,9 @@ type Server struct {
 	started time.Time
 	router  *mux.Router
 	closing chan struct{}
+	// relayed is the highest log index of a forwarded write this node has
+	// answered; local reads wait for it (forward.go, localRead).
+	relayed atomic.Uint64
 }
 
 // New builds the server and subscribes its long-poll waiters to commits.

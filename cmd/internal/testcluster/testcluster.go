@@ -23,7 +23,8 @@
 //     them back explicitly).
 //   - Logs. Each node's stdout and stderr go to one file, appended across
 //     restarts with a marker line. When the test fails, the last lines of
-//     every node's log are printed with t.Log.
+//     every node's log are printed with t.Log, and so is every process exit
+//     the harness did not cause (a crash, or a signal from another program).
 //   - Lifecycle. Kill is SIGKILL (a crash: nothing flushed by the process),
 //     Stop is SIGTERM and waits for a graceful exit, Restart starts the same
 //     command on the same ports and data directory, Pause/Resume are
@@ -336,6 +337,11 @@ func (c *Cluster) cleanup() {
 			c.t.Logf("---- %s (%s, raft %s) log tail: %s ----\n%s", n.id, n.URL(), n.raftAddr, n.logPath,
 				tail(n.logPath, logTailLines))
 		}
+		for _, n := range nodes {
+			for _, u := range n.UnexpectedExits() {
+				c.t.Logf("testcluster: %s: %s", n.id, u)
+			}
+		}
 	}
 }
 
@@ -536,6 +542,10 @@ type Node struct {
 	starts   int
 	exitCode int
 	exitErr  error
+	// stopping is set when the harness sends SIGKILL or SIGTERM to the
+	// current process; unexpected lists exits that it did not cause.
+	stopping   bool
+	unexpected []string
 }
 
 // ID is the node's --node-id.
@@ -615,13 +625,18 @@ func (n *Node) start() error {
 		return fmt.Errorf("%s: start %s: %w", n.id, n.bin, err)
 	}
 	done := make(chan struct{})
-	n.cmd, n.done, n.paused, n.exitCode, n.exitErr = cmd, done, false, -1, nil
+	n.cmd, n.done, n.paused, n.exitCode, n.exitErr, n.stopping = cmd, done, false, -1, nil, false
+	start := n.starts
 	go func() {
 		err := cmd.Wait()
 		lf.Close()
 		n.mu.Lock()
 		n.exitErr = err
 		n.exitCode = cmd.ProcessState.ExitCode()
+		if !n.stopping {
+			n.unexpected = append(n.unexpected, fmt.Sprintf("process #%d exited at %s without a signal from the harness (%v)",
+				start, time.Now().Format("15:04:05.000"), cmd.ProcessState))
+		}
 		n.mu.Unlock()
 		close(done)
 	}()
@@ -694,7 +709,21 @@ func (n *Node) signal(sig syscall.Signal) error {
 		return fmt.Errorf("%s is not running", n.id)
 	default:
 	}
+	if sig == syscall.SIGKILL || sig == syscall.SIGTERM {
+		n.mu.Lock()
+		n.stopping = true
+		n.mu.Unlock()
+	}
 	return cmd.Process.Signal(sig)
+}
+
+// UnexpectedExits lists the node's process exits that the harness did not
+// cause with Kill, Stop or cleanup: a crash, or a signal from outside the
+// test (another program stopping crownd processes by name).
+func (n *Node) UnexpectedExits() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.unexpected...)
 }
 
 func (n *Node) wait(timeout time.Duration) bool {
