@@ -166,8 +166,17 @@ func TestClusterFollowerRefusesAndMembershipChanges(t *testing.T) {
 		if _, _, err := n.node.Propose(context.Background(), push("q", "x")); !errors.Is(err, ErrNotLeader) {
 			t.Fatalf("follower %s proposed: %v", n.id, err)
 		}
-		if id, _ := n.node.Leader(); id != leader.id {
-			t.Fatalf("follower %s sees leader %q, want %s", n.id, id, leader.id)
+		// A follower learns the leader from its first heartbeat.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			id, _ := n.node.Leader()
+			if id == leader.id {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("follower %s sees leader %q, want %s", n.id, id, leader.id)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
 	if _, idx, err := leader.node.Propose(context.Background(), push("q", "t1")); err != nil {
