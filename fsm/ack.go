@@ -35,7 +35,24 @@ func applyAck(a *applier, c *Ack) any {
 		results[p.i] = s.apply(&c.Items[p.i], p.ref, false)
 	}
 	s.flush()
+	s.finishDeletions()
 	return &AckResult{Items: results}
+}
+
+// finishDeletions completes the OJS deletion of a queue whose last live
+// lease this command ended (docs/queues.md).
+func (s *ackSession) finishDeletions() {
+	var done map[string]bool
+	for _, c := range s.order {
+		if c.queue.OJS == nil || c.queue.OJS.Deletion == nil || done[c.queue.Name] {
+			continue
+		}
+		if done == nil {
+			done = make(map[string]bool)
+		}
+		done[c.queue.Name] = true
+		s.a.maybeFinish(c.queue.Name)
+	}
 }
 
 // ackSession caches the group state of every partition one command touches,
@@ -182,7 +199,7 @@ func (s *ackSession) apply(it *AckItem, t ackTarget, inTx bool) AckItemResult {
 		s.deadLetter(c, t.offset, it.Error)
 		r.DLQ = true
 		r.LeaseReleased = s.advance(c, t.offset)
-		if inTx && c.g.LeaseLive(now) {
+		if inTx && c.g != nil && c.g.LeaseLive(now) {
 			s.release(c)
 			r.LeaseReleased = true
 		}

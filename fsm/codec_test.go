@@ -19,7 +19,7 @@ func sampleCommands() map[Type]Command {
 		ProducerSub: "alice", Payload: []byte(`{"a":[1,2,3]}`), Encrypted: true}
 	ack := AckItem{TxID: "tx-1", PartitionID: [16]byte{9, 8, 7}, PartitionOK: true, LeaseID: [16]byte{4, 5},
 		HasLease: true, Status: AckUnknown, StatusText: "whatever", Error: "boom"}
-	return map[Type]Command{
+	samples := map[Type]Command{
 		TypeConfigure: &Configure{Queue: "orders.eu", Namespace: "orders", Task: "eu", Options: opts},
 		TypePush:      &Push{Items: []PushItem{push, {Queue: "", Partition: "", TxID: "t2", Payload: []byte("null")}}},
 		TypeLease: &Lease{Scope: ScopeDiscovery, Queue: "q", Partition: "p", Namespace: "ns", Task: "tk", Group: "g",
@@ -38,6 +38,10 @@ func sampleCommands() map[Type]Command {
 		TypeSweep:        &Sweep{Queue: "orders.eu", MaxSegments: 500},
 		TypeExpireLeases: &ExpireLeases{Grace: 5_000_000, Max: 1000},
 	}
+	for ty, c := range ojsSampleCommands(opts, push) {
+		samples[ty] = c
+	}
+	return samples
 }
 
 func TestCodecRoundTripEveryCommandType(t *testing.T) {

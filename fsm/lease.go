@@ -8,18 +8,45 @@ import (
 // deliverable messages for the group and are not leased by it, and lease (or
 // with AutoAck consume) up to Batch messages across at most MaxPartitions of
 // them. A partition with nothing deliverable is not claimed.
-func applyLease(a *applier, c *Lease) any {
+func applyLease(a *applier, c *Lease) any { return a.lease(c, "") }
+
+// lease is a pop by principal ("" when anonymous): queues with OJS rules
+// (docs/queues.md) may be skipped (paused, deleting, max_concurrency
+// reached) or refuse the principal (access.consumers).
+func (a *applier) lease(c *Lease, principal string) any {
 	res := &LeaseResult{Group: c.Group}
+	queues := candidateQueues(a.tx, c)
+	if c.Scope != ScopeDiscovery {
+		for _, q := range queues {
+			if q.OJS != nil && !allowed(q.OJS.Limits.RestrictConsumers, q.OJS.Limits.Consumers, principal) {
+				res.Denied = q.Name
+				return res
+			}
+		}
+	}
 	a.recordFirstContact(c)
 
-	queues := candidateQueues(a.tx, c)
-	p := popState{c: c, res: res, remaining: max(c.Batch, 1), maxParts: max(c.MaxPartitions, 1)}
+	p := popState{c: c, res: res, remaining: max(c.Batch, 1), maxParts: max(c.MaxPartitions, 1), principal: principal}
 	if c.Scope == ScopeSpecific {
 		p.maxParts = 1
 	}
 	for _, q := range queues {
 		if p.done() {
 			break
+		}
+		if q.OJS != nil && q.OJS.Gate != 0 {
+			ok, room := a.popGate(&p, q)
+			if !ok {
+				continue
+			}
+			if room >= 0 && p.claimed+uint32(room) < p.maxParts {
+				// max_concurrency: at most room more batches from this queue.
+				saved := p.maxParts
+				p.maxParts = p.claimed + uint32(room)
+				a.popQueue(&p, q)
+				p.maxParts = saved
+				continue
+			}
 		}
 		a.popQueue(&p, q)
 	}
@@ -48,6 +75,7 @@ type popState struct {
 	remaining uint32
 	maxParts  uint32
 	claimed   uint32
+	principal string
 }
 
 func (p *popState) done() bool { return p.remaining == 0 || p.claimed >= p.maxParts }

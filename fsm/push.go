@@ -1,11 +1,18 @@
 package fsm
 
 import (
+	"sort"
+
 	"github.com/crownmq/crown/segments"
 )
 
 func applyPush(a *applier, c *Push) any {
-	return &PushResult{Items: a.push(c.Items)}
+	res, ref := a.pushAs(c.Items, "")
+	if ref != nil {
+		a.recordOverflow(ref)
+		return &PushResult{Items: make([]PushItemResult, len(c.Items)), Refused: ref}
+	}
+	return &PushResult{Items: res}
 }
 
 // pushTarget gathers the queued items of one request for one partition: they
@@ -21,8 +28,10 @@ type pushTarget struct {
 // push stores items as one atomic step: every partition touched gets one
 // segment holding its queued items in request order. Duplicates (by
 // transaction id inside the queue's dedup window, or repeated inside the
-// request) write nothing and point at the original message.
-func (a *applier) push(items []PushItem) []PushItemResult {
+// request) write nothing and point at the original message. A queue with
+// OJS rules (docs/queues.md) can refuse the whole request: then nothing is
+// written and the refusal is returned.
+func (a *applier) pushAs(items []PushItem, principal string) ([]PushItemResult, *Refusal) {
 	results := make([]PushItemResult, len(items))
 	queues := make(map[string]*segments.Queue)
 	type partKey struct {
@@ -33,12 +42,36 @@ func (a *applier) push(items []PushItem) []PushItemResult {
 	var targets []*pushTarget
 	var dups [][2]int // (result index, earlier result index in this request)
 
+	// OJS gates: state and access before anything is written; capacity
+	// once the request's messages are counted, under a savepoint.
+	bounded := false
+	for i := range items {
+		name := items[i].Queue
+		if i > 0 && items[i-1].Queue == name {
+			continue
+		}
+		if _, ok := queues[name]; ok {
+			continue
+		}
+		q := a.queueForPush(name)
+		queues[name] = q
+		if q.OJS != nil && q.OJS.Gate != 0 {
+			if r := checkIntake(q, principal); r != nil {
+				return nil, r
+			}
+			bounded = bounded || q.OJS.Gate&segments.GateCapacity != 0
+		}
+	}
+	sp := 0
+	if bounded {
+		sp = a.tx.Savepoint()
+	}
+
 	for i := range items {
 		it := &items[i]
-		q, ok := queues[it.Queue]
-		if !ok {
-			q = a.queueForPush(it.Queue)
-			queues[it.Queue] = q
+		q := queues[it.Queue]
+		if q.ID == 0 {
+			a.store(q) // implicit creation
 		}
 		k := partKey{q.ID, it.Partition}
 		ti, ok := index[k]
@@ -72,6 +105,13 @@ func (a *applier) push(items []PushItem) []PushItemResult {
 		})
 		t.items = append(t.items, i)
 	}
+	if bounded {
+		if r := a.checkPushCapacity(queues, targets); r != nil {
+			must(a.tx.RollbackTo(sp))
+			return nil, r
+		}
+		a.tx.Release(sp)
+	}
 
 	for _, t := range targets {
 		if len(t.msgs) == 0 {
@@ -90,7 +130,39 @@ func (a *applier) push(items []PushItem) []PushItemResult {
 	for _, d := range dups {
 		results[d[0]].MessageID = results[d[1]].MessageID
 	}
-	return results
+	return results, nil
+}
+
+// checkPushCapacity checks the bounded queues of a push against what the
+// request queues for each (duplicates excluded), in queue-name order.
+func (a *applier) checkPushCapacity(queues map[string]*segments.Queue, targets []*pushTarget) *Refusal {
+	type load struct{ n, size uint64 }
+	loads := make(map[string]*load)
+	for _, t := range targets {
+		if t.queue.OJS == nil || t.queue.OJS.Gate&segments.GateCapacity == 0 {
+			continue
+		}
+		l := loads[t.queue.Name]
+		if l == nil {
+			l = &load{}
+			loads[t.queue.Name] = l
+		}
+		l.n += uint64(len(t.msgs))
+		for i := range t.msgs {
+			l.size += uint64(len(t.msgs[i].Payload))
+		}
+	}
+	names := make([]string, 0, len(loads))
+	for n := range loads {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if r := a.checkCapacity(queues[n], loads[n].n, loads[n].size); r != nil {
+			return r
+		}
+	}
+	return nil
 }
 
 // markWindow tracks the windowBuffer burst of a partition: a push after the
@@ -107,24 +179,15 @@ func markWindow(p *segments.Partition, windowSeconds, now int64, first, n uint64
 	p.WindowCount += n
 }
 
-// queueForPush loads a queue, creating it with push defaults and derived
-// tags when it does not exist (implicit creation).
+// queueForPush loads a queue or, when it does not exist, builds (without
+// storing: q.ID is 0) the queue a push creates implicitly: push defaults,
+// derived tags, and the matching policy bound.
 func (a *applier) queueForPush(name string) *segments.Queue {
 	q := must1(a.tx.Queue(name))
 	if q != nil {
 		return q
 	}
-	ns, task := DeriveTags(name)
-	q = &segments.Queue{
-		UUID:      a.newID(),
-		Name:      name,
-		Namespace: ns,
-		Task:      task,
-		CreatedAt: a.now,
-		Origin:    segments.OriginPush,
-		Options:   DefaultOptions(segments.OriginPush),
-	}
-	must(a.tx.CreateQueue(q))
+	q, _ = a.newQueue(name, segments.OriginPush, BindAuto, "")
 	return q
 }
 

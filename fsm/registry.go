@@ -28,6 +28,18 @@ var registry = [...]commandSpec{
 	TypeRemoveNode:   spec("remove_node", applyRemoveNode),
 	TypeSweep:        spec("sweep", applySweep),
 	TypeExpireLeases: spec("expire_leases", applyExpireLeases),
+	// OJS queue administration (ojs_commands.go, ojs_apply.go).
+	TypeConfigureSet:    spec("configure_set", applyConfigureSet),
+	TypePushAs:          spec("push_as", applyPushAs),
+	TypeLeaseAs:         spec("lease_as", applyLeaseAs),
+	TypeOJSCreateQueue:  spec("ojs_create_queue", applyOJSCreateQueue),
+	TypeOJSUpdateQueue:  spec("ojs_update_queue", applyOJSUpdateQueue),
+	TypeOJSSetState:     spec("ojs_set_state", applyOJSSetState),
+	TypeOJSDeleteQueue:  spec("ojs_delete_queue", applyOJSDeleteQueue),
+	TypeOJSPurgeQueue:   spec("ojs_purge_queue", applyOJSPurgeQueue),
+	TypeOJSPutPolicy:    spec("ojs_put_policy", applyOJSPutPolicy),
+	TypeOJSDeletePolicy: spec("ojs_delete_policy", applyOJSDeletePolicy),
+	TypeOJSSweep:        spec("ojs_sweep", applyOJSSweep),
 }
 
 func spec[C any, PC interface {

@@ -26,6 +26,8 @@ type PushItemResult struct {
 // PushResult answers a Push, one item per input item, in input order.
 type PushResult struct {
 	Items []PushItemResult
+	// Refused is set when nothing was stored because of an OJS rule.
+	Refused *Refusal
 }
 
 // DeliveredMessage is one message handed out by a pop.
@@ -58,6 +60,9 @@ type LeaseResult struct {
 	LeaseID    [16]byte
 	Group      string
 	Partitions []LeasedPartition
+	// Denied names the queue whose access.consumers list refused the
+	// principal; nothing was claimed.
+	Denied string
 }
 
 // Count is the number of messages delivered.
@@ -124,6 +129,7 @@ type TransactionResult struct {
 	Success bool
 	Error   string
 	Results []TxOpResult
+	Refused *Refusal // a push refused by an OJS rule failed the transaction
 }
 
 // DeleteQueueResult answers a DeleteQueue.
@@ -139,4 +145,53 @@ type OK struct{}
 // nothing.
 type ErrorResult struct {
 	Err string
+}
+
+// Push refusals (OJS features enforced on every push).
+const (
+	RefuseFull     uint8 = 1 // capacity: 429 QUEUE_FULL
+	RefuseDraining uint8 = 2 // graceful drain: 409 queue_draining
+	RefuseDeleting uint8 = 3 // deletion in progress: 409 queue_deleting
+	RefuseDenied   uint8 = 4 // not in access.producers: 403
+)
+
+// Refusal says why a push stored nothing.
+type Refusal struct {
+	Code      uint8
+	Queue     string
+	Depth     int64 // capacity: the queue's depth (or size) before the push
+	Bound     int64 // capacity: the bound that would be crossed
+	BoundType string
+}
+
+// OJSError is a refused OJS administration command, in the terms of the OJS
+// error body (ojs-queues.md 0.5).
+type OJSError struct {
+	Status  int
+	Code    string
+	Type    string
+	Message string
+	Field   string
+	State   string // details.current_state
+	Depth   int64  // details.depth (queue_not_empty)
+}
+
+// OJSResult answers the OJS administration commands.
+type OJSResult struct {
+	Err      *OJSError
+	Queue    *QueueInfo // the queue after the command; nil once deleted
+	Policy   *Policy
+	Changed  bool
+	Created  bool
+	Deleted  bool // a deletion completed
+	Pending  bool // a deletion waits for active leases
+	Affected uint64
+	Unbound  uint64
+}
+
+// OJSSweepResult reports one OJS sweep.
+type OJSSweepResult struct {
+	Finished bool   // a deletion or drain completed
+	Pruned   uint64 // dead letters removed
+	More     bool
 }

@@ -44,6 +44,9 @@ func applyTransaction(a *applier, c *Transaction) any {
 		return res
 	}
 	must(a.tx.RollbackTo(sp))
+	if res.Refused != nil {
+		a.recordOverflow(res.Refused)
+	}
 	return res
 }
 
@@ -54,7 +57,13 @@ func (a *applier) transaction(c *Transaction) *TransactionResult {
 	for _, op := range c.Ops {
 		switch op.Kind {
 		case OpPush:
-			for i, pr := range a.push(op.Items) {
+			prs, ref := a.pushAs(op.Items, "")
+			if ref != nil {
+				res.Refused = ref
+				res.Error = RefusalText(ref)
+				return res
+			}
+			for i, pr := range prs {
 				res.Results = append(res.Results, TxOpResult{
 					Kind: OpPush, Success: true, TxID: op.Items[i].TxID, Status: pr.Status,
 					MessageID: pr.MessageID, PartitionID: pr.PartitionID, Queue: op.Items[i].Queue,

@@ -30,6 +30,8 @@ type PopCheck struct {
 	WakeAt int64
 	// MinPopWait is the largest minPopWaitTime (ms) of the queues in scope.
 	MinPopWait int64
+	// Denied is set when an access.consumers list refuses the principal.
+	Denied bool
 }
 
 // CheckPop evaluates a pop against the local state at now without changing
@@ -37,6 +39,13 @@ type PopCheck struct {
 // queue in scope has minPopWaitTime, in which case it counts up to the
 // pop's batch (the fill-wait decision needs the number).
 func (f *FSM) CheckPop(c *Lease, now int64, count bool) (PopCheck, error) {
+	return f.CheckPopAs(c, "", now, count)
+}
+
+// CheckPopAs is CheckPop for a pop by principal: queues the OJS rules close
+// to it (paused, deleting, max_concurrency reached) count as empty, and
+// Denied is set when an access list refuses it (docs/queues.md).
+func (f *FSM) CheckPopAs(c *Lease, principal string, now int64, count bool) (PopCheck, error) {
 	var pc PopCheck
 	err := f.View(func(tx *segments.Tx) (err error) {
 		defer recoverStorage(&err)
@@ -54,7 +63,11 @@ func (f *FSM) CheckPop(c *Lease, now int64, count bool) (PopCheck, error) {
 				pc.WakeAt = t
 			}
 		}
+		blocked := false
 		visit := func(q *segments.Queue, part *segments.Partition) bool {
+			if blocked {
+				return true
+			}
 			e := checkPartition(tx, q, part, c, now)
 			if !e.ok {
 				wake(e.wakeAt)
@@ -73,7 +86,15 @@ func (f *FSM) CheckPop(c *Lease, now int64, count bool) (PopCheck, error) {
 			}))
 			return pc.Deliverable < limit()
 		}
-		forEachCandidate(tx, c, func(q *segments.Queue) { pc.MinPopWait = max(pc.MinPopWait, q.Options.MinPopWaitTime) }, visit)
+		forEachCandidate(tx, c, func(q *segments.Queue) {
+			pc.MinPopWait = max(pc.MinPopWait, q.Options.MinPopWaitTime)
+			blocked = false
+			if q.OJS != nil && q.OJS.Gate != 0 {
+				var denied bool
+				blocked, denied = popBlocked(tx, q, principal, now, wake)
+				pc.Denied = pc.Denied || (denied && c.Scope != ScopeDiscovery)
+			}
+		}, visit)
 		return nil
 	})
 	return pc, err

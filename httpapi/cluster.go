@@ -131,10 +131,9 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, o
 			writeError(w, aerr)
 			return false
 		}
-		if leader == "" {
-			continue
+		if leader == "" || !s.fwd.relay(w, r, body, leader) {
+			continue // this node became the leader: run the operation here
 		}
-		s.fwd.relay(w, r, body, leader)
 		return false
 	}
 }

@@ -109,8 +109,7 @@ func (s *Server) forwardEarly(w http.ResponseWriter, r *http.Request, body []byt
 	if leader == "" {
 		return false
 	}
-	s.fwd.relay(w, r, body, leader)
-	return true
+	return s.fwd.relay(w, r, body, leader)
 }
 
 // commit applies cmd through Raft and returns its result. On a follower, or
@@ -158,14 +157,18 @@ func (s *Server) commitWith(w http.ResponseWriter, r *http.Request, body []byte,
 		if target == "" {
 			continue // this node became leader while waiting
 		}
-		s.fwd.relayWith(w, r, body, target, writeError)
-		return nil, false
+		if s.fwd.relayWith(w, r, body, target, writeError) {
+			return nil, false
+		}
+		// This node became the leader while the forward waited: propose here.
 	}
 }
 
-// relay forwards the request to the leader and copies its answer back.
-func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, body []byte, leader string) {
-	f.relayWith(w, r, body, leader, writeError)
+// relay forwards the request to the leader and copies its answer back. It
+// reports false, having written nothing, when this node became the leader
+// while waiting for a reachable one: the caller serves the request itself.
+func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, body []byte, leader string) bool {
+	return f.relayWith(w, r, body, leader, writeError)
 }
 
 // relayedHeaders are copied from the leader's answer to the client.
@@ -173,18 +176,21 @@ var relayedHeaders = []string{"Content-Type", headerIndex, "Retry-After", "Locat
 	"X-Request-Id", "X-OJS-Queue-Depth", "X-OJS-Queue-Bound", "X-OJS-Queue-Pressure", "Allow"}
 
 func (f *forwarder) relayWith(w http.ResponseWriter, r *http.Request, body []byte, leader string,
-	writeError func(http.ResponseWriter, *apiError)) {
+	writeError func(http.ResponseWriter, *apiError)) bool {
 	resp, aerr := f.doRetrying(r.Context(), r, body, leader, r.URL.RequestURI())
+	if aerr == errBecameLeader {
+		return false
+	}
 	if aerr != nil {
 		writeError(w, aerr)
-		return
+		return true
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		writeError(w, &apiError{Status: http.StatusServiceUnavailable, Code: codeUnknown,
 			Message: "Lost the leader's answer; the request may have been applied. Retry: pushes with the same transactionId are deduplicated"})
-		return
+		return true
 	}
 	f.catchUp(r.Context(), resp)
 	for _, h := range relayedHeaders {
@@ -194,7 +200,13 @@ func (f *forwarder) relayWith(w http.ResponseWriter, r *http.Request, body []byt
 	}
 	w.WriteHeader(resp.StatusCode)
 	w.Write(b)
+	return true
 }
+
+// errBecameLeader tells a forwarding caller that this node became the
+// leader while it waited: nothing was sent, serve the request here.
+var errBecameLeader = &apiError{Status: http.StatusServiceUnavailable, Code: codeNoLeader, notSent: true,
+	Message: "Leadership moved to this node while the request waited; nothing was applied, retry"}
 
 // do sends one forwarded request. uri is the path and query to request.
 func (f *forwarder) do(ctx context.Context, r *http.Request, body []byte, leader, uri string) (*http.Response, *apiError) {
@@ -256,10 +268,7 @@ func (f *forwarder) doRetrying(ctx context.Context, r *http.Request, body []byte
 			return nil, lerr
 		}
 		if next == "" {
-			// This node became the leader while the request waited: the
-			// client retries and this node serves it.
-			return nil, &apiError{Status: http.StatusServiceUnavailable, Code: codeNoLeader,
-				Message: "Leadership moved to this node while the request waited; nothing was applied, retry"}
+			return nil, errBecameLeader
 		}
 		leader = next
 	}

@@ -124,13 +124,13 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 			wt = s.waiters.add(c)
 		}
 		count := p.wait && !parked && c.Batch > 1
-		check, err := s.state.CheckPop(c, time.Now().UnixMicro(), count)
+		check, err := s.state.CheckPopAs(c, principalOf(r), time.Now().UnixMicro(), count)
 		if err != nil {
 			s.waiters.remove(wt)
 			writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
 			return
 		}
-		if check.Deliverable > 0 || check.NeedsRecord {
+		if check.Deliverable > 0 || check.NeedsRecord || check.Denied {
 			if p.wait && !parked && check.Deliverable > 0 && check.Deliverable < c.Batch && c.Batch > 1 && check.MinPopWait > 0 {
 				s.fillWait(ctx, check.MinPopWait, deadline)
 			}
@@ -210,11 +210,19 @@ func (s *Server) attemptPop(w http.ResponseWriter, r *http.Request, c *fsm.Lease
 	if !s.cluster.IsLeader() {
 		return s.forwardPop(w, r)
 	}
-	res, ok := s.commit(w, r, nil, c)
+	var cmd fsm.Command = c
+	if p := principalOf(r); p != "" {
+		cmd = &fsm.LeaseAs{Lease: *c, Principal: p}
+	}
+	res, ok := s.commit(w, r, nil, cmd)
 	if !ok {
 		return false, true
 	}
 	lr := res.(*fsm.LeaseResult)
+	if lr.Denied != "" {
+		writeRefusal(w, r, &fsm.Refusal{Code: fsm.RefuseDenied, Queue: lr.Denied})
+		return false, true
+	}
 	if lr.Count() == 0 {
 		return false, false
 	}
@@ -243,6 +251,9 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request) (delivered, 
 	q.Set("wait", "false")
 	uri := r.URL.EscapedPath() + "?" + q.Encode()
 	resp, aerr := s.fwd.doRetrying(r.Context(), r, nil, leader, uri)
+	if aerr == errBecameLeader {
+		return false, false // the next round proposes here
+	}
 	if aerr != nil {
 		writeError(w, aerr)
 		return false, true

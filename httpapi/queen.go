@@ -31,7 +31,7 @@ func (s *Server) handleConfigure(w http.ResponseWriter, r *http.Request) {
 			"encryptionEnabled requires QUEEN_ENCRYPTION_KEY (64 hex characters) on every node; refusing to store plaintext in a queue marked encrypted"))
 		return
 	}
-	res, ok := s.commit(w, r, body, c)
+	res, ok := s.commit(w, r, body, &fsm.ConfigureSet{Configure: *c, Present: configurePresence(body)})
 	if !ok {
 		return
 	}
@@ -90,12 +90,21 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	res, ok := s.commit(w, r, body, &fsm.Push{Items: items})
+	var cmd fsm.Command = &fsm.Push{Items: items}
+	if p := principalOf(r); p != "" {
+		cmd = &fsm.PushAs{Principal: p, Items: items}
+	}
+	res, ok := s.commit(w, r, body, cmd)
 	if !ok {
 		return
 	}
+	pr := res.(*fsm.PushResult)
+	if pr.Refused != nil {
+		writeRefusal(w, r, pr.Refused)
+		return
+	}
 	buf := getBuf()
-	*buf = appendPushResults(*buf, items, res.(*fsm.PushResult).Items)
+	*buf = appendPushResults(*buf, items, pr.Items)
 	writeRawJSON(w, http.StatusCreated, *buf)
 	putBuf(buf)
 }

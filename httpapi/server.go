@@ -19,6 +19,7 @@ import (
 
 	"github.com/crownmq/crown/fsm"
 	"github.com/crownmq/crown/httpapi/envelope"
+	"github.com/crownmq/crown/httpapi/ojs"
 	"github.com/crownmq/crown/raftnode"
 )
 
@@ -59,6 +60,9 @@ type Config struct {
 	Registry    *prometheus.Registry
 	Pprof       bool
 	Version     string
+	// OJSStrict turns off implicit queue creation by OJS pause and resume
+	// (--ojs-strict-queues).
+	OJSStrict bool
 }
 
 // Server is the HTTP API of one node.
@@ -76,6 +80,7 @@ type Server struct {
 	// relayed is the highest log index of a forwarded write this node has
 	// answered; local reads wait for it (forward.go, localRead).
 	relayed atomic.Uint64
+	ojs     *ojs.Handler
 }
 
 // New builds the server and subscribes its long-poll waiters to commits.
@@ -105,6 +110,8 @@ func New(cfg Config, cluster Cluster, state *fsm.FSM) *Server {
 	s.fwd = newForwarder(s)
 	s.metrics = newMetrics(cfg.Registry, s)
 	state.Subscribe(s.waiters.notify)
+	s.ojs = ojs.New(ojs.Config{NodeID: cfg.NodeID, MaxBodyBytes: 1 << 20, Strict: cfg.OJSStrict,
+		Version: cfg.Version, Registry: cfg.Registry}, ojsBackend{s}, state)
 	s.router = s.routes()
 	return s
 }
@@ -174,6 +181,10 @@ func (s *Server) routes() *mux.Router {
 	handle("GET", "/api/v1/resources/queues/{queue}", "queue", s.handleGetQueue)
 	handle("DELETE", "/api/v1/resources/queues/{queue}", "delete_queue", s.handleDeleteQueue)
 	handle("GET", "/api/v1/dlq", "dlq", s.handleDLQ)
+
+	// The OJS queue administration API (package ojs), with its own error
+	// format, headers and method handling.
+	r.PathPrefix("/ojs/").Handler(s.metrics.instrument("ojs", s.ojs.ServeHTTP))
 
 	handle("GET", "/internal/v1/digest", "digest", s.handleDigest)
 	handle("GET", "/internal/v1/read-index", "read_index", s.handleReadIndex)

@@ -28,6 +28,13 @@ type State interface {
 	SweepTargets() ([]string, error)
 }
 
+// OJSState lists the queues the OJS sweep visits (fsm.FSM): draining ones
+// (to finish a deletion or a drain) and those with dead-letter caps. A
+// State that does not implement it gets no OJS sweep.
+type OJSState interface {
+	OJSSweepTargets() ([]string, error)
+}
+
 // Config tunes the timers.
 type Config struct {
 	// RetentionInterval is how often queues with deletion rules are swept
@@ -110,6 +117,10 @@ func (r *Runner) SetLeader(leader bool) {
 	r.wg.Add(2)
 	go r.every(ctx, r.cfg.RetentionInterval, r.sweepQueues)
 	go r.every(ctx, r.cfg.LeaseInterval, r.sweepLeases)
+	if _, ok := r.state.(OJSState); ok {
+		r.wg.Add(1)
+		go r.every(ctx, r.cfg.RetentionInterval, r.sweepOJS)
+	}
 }
 
 // Close stops the timers and waits for them.
@@ -190,6 +201,35 @@ func (r *Runner) sweepLeases(ctx context.Context) {
 		r.m.leases.Add(float64(er.Cleared))
 		if !er.More {
 			return
+		}
+	}
+}
+
+// sweepOJS finishes OJS deletions and drains whose time has come and
+// prunes dead letters by max_age then max_count, in bounded steps.
+func (r *Runner) sweepOJS(ctx context.Context) {
+	queues, err := r.state.(OJSState).OJSSweepTargets()
+	if err != nil {
+		r.log.Error("list OJS sweep targets", "error", err)
+		return
+	}
+	for _, q := range queues {
+		for ctx.Err() == nil {
+			res, ok := r.propose(ctx, &fsm.OJSSweep{Queue: q, MaxDLQ: r.cfg.RetentionBatch})
+			if !ok {
+				return
+			}
+			sr := res.(*fsm.OJSSweepResult)
+			r.m.sweeps.WithLabelValues("ojs").Inc()
+			if sr.Finished {
+				r.log.Info("queue deletion finished", "queue", q)
+			}
+			if sr.Pruned > 0 {
+				r.log.Info("dead letters pruned", "queue", q, "count", sr.Pruned)
+			}
+			if !sr.More {
+				break
+			}
 		}
 	}
 }

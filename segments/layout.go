@@ -28,6 +28,8 @@ var (
 	bucketSubs       = []byte("subs")       // group 0 scope... -> Subscription
 	bucketNodes      = []byte("nodes")      // 'n' node id -> Node
 	bucketSettings   = []byte("settings")   // name -> value (cluster-wide switches)
+	bucketPolicies   = []byte("policies")   // 'n' policy name -> Policy (OJS queue policies)
+	bucketQEvents    = []byte("qevents")    // seq(8) -> QueueEvent (bounded, oldest pruned)
 )
 
 // allBuckets lists every bucket in a fixed order. The order matters for the
@@ -36,18 +38,20 @@ var allBuckets = [][]byte{
 	bucketMeta, bucketQueues, bucketQueueIDs, bucketParts, bucketPartIDs,
 	bucketPartUUIDs, bucketSegments, bucketGroups, bucketQueueGroup,
 	bucketTxIDs, bucketLeases, bucketDLQ, bucketSubs, bucketNodes, bucketSettings,
+	bucketPolicies, bucketQEvents,
 }
 
 // Keys of the meta bucket.
 var (
-	metaApplied   = []byte("applied")   // last applied Raft index
-	metaNow       = []byte("now")       // time high-water mark, unix µs
-	metaIDSeq     = []byte("id_seq")    // source of message, lease and entity ids
-	metaQueueSeq  = []byte("queue_seq") // last queue number
-	metaPartSeq   = []byte("part_seq")  // last partition number
-	metaDLQSeq    = []byte("dlq_seq")   // last dead-letter number
-	metaSchema    = []byte("schema")    // layout version
-	metaCounters  = []byte("counters")  // lifetime counters, u64 each
+	metaApplied   = []byte("applied")    // last applied Raft index
+	metaNow       = []byte("now")        // time high-water mark, unix µs
+	metaIDSeq     = []byte("id_seq")     // source of message, lease and entity ids
+	metaQueueSeq  = []byte("queue_seq")  // last queue number
+	metaPartSeq   = []byte("part_seq")   // last partition number
+	metaDLQSeq    = []byte("dlq_seq")    // last dead-letter number
+	metaSchema    = []byte("schema")     // layout version
+	metaCounters  = []byte("counters")   // lifetime counters, u64 each
+	metaEventSeq  = []byte("qevent_seq") // last queue-event number
 	schemaVersion = uint64(1)
 )
 

@@ -52,6 +52,13 @@ type Queue struct {
 	CreatedAt int64    `msgpack:"created"`
 	Origin    uint8    `msgpack:"origin"`
 	Options   Options  `msgpack:"opts"`
+	// Base is the Queen layer under the OJS policy layers (origin defaults or
+	// the last /configure); nil while no layer applies, Options then being
+	// the base. OJS is the OJS view's state (ojs.go); nil for a queue the
+	// OJS features never touched. Both are omitted when nil, so records of
+	// plain Queen queues encode exactly as before.
+	Base *Options  `msgpack:"base,omitempty"`
+	OJS  *OJSState `msgpack:"ojs,omitempty"`
 }
 
 // Partition is one ordered lane of a queue. Offsets start at 1; an offset

@@ -190,6 +190,8 @@ const (
 	bSubs
 	bNodes
 	bSettings
+	bPolicies
+	bQEvents
 )
 
 var bucketOrder = [...][]byte{
@@ -197,6 +199,7 @@ var bucketOrder = [...][]byte{
 	bPartIDs: bucketPartIDs, bPartUUIDs: bucketPartUUIDs, bSegments: bucketSegments,
 	bGroups: bucketGroups, bQueueGroup: bucketQueueGroup, bTxIDs: bucketTxIDs, bLeases: bucketLeases,
 	bDLQ: bucketDLQ, bSubs: bucketSubs, bNodes: bucketNodes, bSettings: bucketSettings,
+	bPolicies: bucketPolicies, bQEvents: bucketQEvents,
 }
 
 func newTx(btx *bolt.Tx) *Tx {

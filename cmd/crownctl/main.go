@@ -232,7 +232,8 @@ func runSub(g *group, sc *subcommand, args []string, e *env) int {
 		return exitUsage
 	}
 	e.client = client
-	if err := sc.run(context.Background(), e, pos); err != nil {
+	// Subcommands may read their own flags back through the context (queue.go, flagValue).
+	if err := sc.run(context.WithValue(context.Background(), flagSetKey{}, fs), e, pos); err != nil {
 		var ue *usageError
 		if errors.As(err, &ue) {
 			fmt.Fprintf(e.stderr, "%s: %v\nRun '%s --help' for usage.\n", name, err, name)

@@ -63,6 +63,7 @@ type config struct {
 	LogFormat     string
 	LeaderWait    time.Duration
 	Pprof         bool
+	OJSStrict     bool
 	FSMSync       bool
 	Key           *envelope.Key
 	Hotlist       bool
@@ -93,6 +94,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.LogFormat, "log-format", "json", "log format: json or text")
 	fs.DurationVar(&c.LeaderWait, "leader-wait", 5*time.Second, "how long a request waits for a leader during an election before failing with 503")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the HTTP address")
+	fs.BoolVar(&c.OJSStrict, "ojs-strict-queues", false, "OJS API: pause and resume of an unknown queue get 404 instead of creating it")
 	fs.BoolVar(&c.FSMSync, "fsm-sync", false, "fsync the state database on every commit (the Raft log is always fsynced; see README, Durability)")
 	fs.DurationVar(&c.Raft.HeartbeatTimeout, "raft-heartbeat-timeout", time.Second, "Raft heartbeat timeout: how long a follower waits for the leader before an election")
 	fs.DurationVar(&c.Raft.ElectionTimeout, "raft-election-timeout", time.Second, "Raft election timeout")
@@ -281,7 +283,7 @@ func run(c *config) error {
 	api := httpapi.New(httpapi.Config{
 		NodeID: c.NodeID, AdvertiseURL: c.HTTPAdvertise, RaftAddr: c.RaftAdvertise, LeaderWait: c.LeaderWait,
 		Hotlist: c.Hotlist, WindowBatch: c.WindowBatch, Key: c.Key, Logger: log, Registry: reg,
-		Pprof: c.Pprof, Version: version,
+		Pprof: c.Pprof, Version: version, OJSStrict: c.OJSStrict,
 	}, node, state)
 
 	ln, err := net.Listen("tcp", c.HTTPAddr)

@@ -1,0 +1,138 @@
+package fsm
+
+import (
+	"errors"
+	"strconv"
+)
+
+// ErrDuration reports a duration outside the ISO 8601 subset OJS accepts.
+var ErrDuration = errors.New("invalid ISO 8601 duration")
+
+// ParseDuration parses the ISO 8601 subset of ojs-queues.md section 0.2:
+// P[nW][nD][T[nH][nM][n[.fff]S]], case-sensitive, at least one component,
+// only seconds may have a fraction (up to microseconds), T must be followed
+// by a component, no years or months. It returns the length in microseconds.
+func ParseDuration(s string) (int64, error) {
+	if len(s) < 2 || s[0] != 'P' || len(s) > 64 {
+		return 0, ErrDuration
+	}
+	const maxMicros = int64(1) << 62
+	var total int64
+	add := func(n, unit int64) bool {
+		if n > maxMicros/unit {
+			return false
+		}
+		total += n * unit
+		return total <= maxMicros
+	}
+	i := 1
+	// Date part: W then D, each optional, in that order.
+	order := 0 // 1 after W, 2 after D
+	components := 0
+	inTime := false
+	timeOrder := 0 // 1 after H, 2 after M, 3 after S
+	timeComponents := 0
+	for i < len(s) {
+		if s[i] == 'T' {
+			if inTime {
+				return 0, ErrDuration
+			}
+			inTime = true
+			i++
+			if i == len(s) {
+				return 0, ErrDuration // T must be followed by a component
+			}
+			continue
+		}
+		start := i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		if i == start || i-start > 18 {
+			return 0, ErrDuration
+		}
+		n, err := strconv.ParseInt(s[start:i], 10, 64)
+		if err != nil {
+			return 0, ErrDuration
+		}
+		var frac int64
+		hasFrac := false
+		if i < len(s) && s[i] == '.' {
+			i++
+			fs := i
+			for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+				i++
+			}
+			digits := i - fs
+			if digits == 0 || digits > 6 {
+				return 0, ErrDuration
+			}
+			f, _ := strconv.ParseInt(s[fs:i], 10, 64)
+			for d := digits; d < 6; d++ {
+				f *= 10
+			}
+			frac, hasFrac = f, true
+		}
+		if i == len(s) {
+			return 0, ErrDuration // a number without a designator
+		}
+		d := s[i]
+		i++
+		if hasFrac && !(inTime && d == 'S') {
+			return 0, ErrDuration
+		}
+		var ok bool
+		if !inTime {
+			switch {
+			case d == 'W' && order < 1:
+				order, ok = 1, add(n, 7*86400e6)
+			case d == 'D' && order < 2:
+				order, ok = 2, add(n, 86400e6)
+			default:
+				return 0, ErrDuration
+			}
+		} else {
+			switch {
+			case d == 'H' && timeOrder < 1:
+				timeOrder, ok = 1, add(n, 3600e6)
+			case d == 'M' && timeOrder < 2:
+				timeOrder, ok = 2, add(n, 60e6)
+			case d == 'S' && timeOrder < 3:
+				timeOrder, ok = 3, add(n, 1e6) && add(frac, 1)
+			default:
+				return 0, ErrDuration
+			}
+			timeComponents++
+		}
+		if !ok {
+			return 0, ErrDuration
+		}
+		components++
+	}
+	if components == 0 || (inTime && timeComponents == 0) {
+		return 0, ErrDuration
+	}
+	return total, nil
+}
+
+// FormatSeconds renders a whole number of seconds in the canonical form used
+// when a Queen option is shown in the OJS view: days, hours, minutes or
+// seconds, whichever divides it.
+func FormatSeconds(sec int64) string {
+	switch {
+	case sec > 0 && sec%86400 == 0:
+		return "P" + strconv.FormatInt(sec/86400, 10) + "D"
+	case sec > 0 && sec%3600 == 0:
+		return "PT" + strconv.FormatInt(sec/3600, 10) + "H"
+	case sec > 0 && sec%60 == 0:
+		return "PT" + strconv.FormatInt(sec/60, 10) + "M"
+	default:
+		return "PT" + strconv.FormatInt(sec, 10) + "S"
+	}
+}
+
+// ceilSeconds converts microseconds to whole seconds, rounding up, at least 1.
+func ceilSeconds(us int64) int64 {
+	s := (us + 999999) / 1e6
+	return max(s, 1)
+}

@@ -1,0 +1,476 @@
+package fsm
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crownmq/crown/segments"
+)
+
+// ---- helpers ----
+
+func (m *machine) ojs(c Command) *OJSResult {
+	m.t.Helper()
+	r, ok := m.apply(c)[0].(*OJSResult)
+	if !ok {
+		m.t.Fatalf("%T: result %T", c, m.apply)
+	}
+	return r
+}
+
+func (m *machine) ojsOK(c Command) *OJSResult {
+	m.t.Helper()
+	r := m.ojs(c)
+	if r.Err != nil {
+		m.t.Fatalf("%T: %+v", c, r.Err)
+	}
+	return r
+}
+
+func (m *machine) ojsErr(c Command, status int, typ string) {
+	m.t.Helper()
+	r := m.ojs(c)
+	if r.Err == nil || r.Err.Status != status || r.Err.Type != typ {
+		m.t.Fatalf("%T: want %d %s, got %+v", c, status, typ, r.Err)
+	}
+}
+
+func (m *machine) pushAs(principal string, items ...PushItem) *PushResult {
+	m.t.Helper()
+	return m.apply(&PushAs{Principal: principal, Items: items})[0].(*PushResult)
+}
+
+func (m *machine) popAs(principal string, l Lease) *LeaseResult {
+	m.t.Helper()
+	return m.apply(&LeaseAs{Lease: l, Principal: principal})[0].(*LeaseResult)
+}
+
+func (m *machine) depth(queue string) uint64 {
+	var d uint64
+	m.view(func(tx *segments.Tx) error {
+		if q := must1(tx.Queue(queue)); q != nil {
+			d, _ = queueDepth(tx, q, false)
+		}
+		return nil
+	})
+	return d
+}
+
+func wild(queue string, batch uint32) Lease {
+	return Lease{Scope: ScopeWildcard, Queue: queue, Group: QueueMode, Batch: batch, MaxPartitions: 1}
+}
+
+func bptr(b bool) *bool { return &b }
+
+// ---- tests ----
+
+func TestOJSDurationParser(t *testing.T) {
+	good := map[string]int64{"PT0.5S": 500000, "PT1S": 1e6, "PT5M": 300e6, "P7D": 7 * 86400e6, "P180D": 180 * 86400e6,
+		"P1W": 7 * 86400e6, "P1W2D": 9 * 86400e6, "P1DT1H": 90000e6, "PT1H30M": 5400e6, "PT0S": 0, "PT1.000001S": 1000001,
+		"P0D": 0, "PT10H5M3.25S": 36303250000}
+	for s, want := range good {
+		got, err := ParseDuration(s)
+		if err != nil || got != want {
+			t.Errorf("%s: got %d, %v; want %d", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", "P", "PT", "P1Y", "P1M", "p1d", "P1d", "PT1.5M", "P1.5D", "P1DT", "PT1S1M", "P1D1W",
+		"PT1H1H", "1D", "P-1D", "PT1.S", "PT.5S", "PT1.0000001S", "P1DT1", "P 1D", "PT1HT1M", "P99999999999999999999D"} {
+		if _, err := ParseDuration(s); err == nil {
+			t.Errorf("%q: accepted", s)
+		}
+	}
+}
+
+func FuzzOJSDuration(f *testing.F) {
+	for _, s := range []string{"P7D", "PT0.5S", "P1W2DT3H4M5.6S", "P1Y", "PT"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		us, err := ParseDuration(s)
+		if err != nil {
+			return
+		}
+		if us < 0 || !strings.HasPrefix(s, "P") {
+			t.Fatalf("%q: %d", s, us)
+		}
+	})
+}
+
+func TestOJSGlobAndPolicyChoice(t *testing.T) {
+	for _, c := range []struct {
+		p, n string
+		ok   bool
+	}{{"batch.*", "batch.import", true}, {"batch.*", "batch.eu.nightly", true}, {"batch.*", "batch", false},
+		{"batch.*", "batch-import", false}, {"*", "anything", true}, {"a?c", "abc", true}, {"a?c", "ac", false},
+		{"*.x.*", "a.x.b", true}, {"a*b*c", "axxbyyc", true}, {"a*b*c", "axxbyy", false}} {
+		if GlobMatch(c.p, c.n) != c.ok {
+			t.Errorf("%s ~ %s: want %v", c.p, c.n, c.ok)
+		}
+	}
+	m := newMachine(t)
+	put := func(name, match string, prio int64, vis int64) {
+		m.ojsOK(&OJSPutPolicy{Name: name, Mode: PolicyCreate, Match: match, HasMatch: true, Priority: prio, HasPriority: true,
+			Set: QueueConfig{VisibilityTimeout: i64(vis)}})
+	}
+	put("wide", "*", 0, 11)
+	put("batch", "batch.*", 0, 22) // more literals than "wide"
+	put("zeta", "batch.i*", 0, 33) // more literals than "batch"
+	put("alpha", "batch.?mport", 0, 44)
+	put("beta", "batch.i?port", 0, 55) // ties with alpha on literals: alpha sorts first
+	put("urgent", "*.urgent", 5, 66)
+	cases := map[string]string{"other": "wide", "batch.eu": "batch", "batch.ix": "zeta", "batch.import": "alpha", "batch.urgent": "urgent"}
+	for q, want := range cases {
+		m.push(item(q, "", "t", `1`))
+		got := m.queue(q)
+		if got.OJS == nil || got.OJS.Policy != want {
+			t.Errorf("%s bound to %+v, want %s", q, got.OJS, want)
+		}
+	}
+	// Editing a policy reaches bound queues at once; a new match does not rebind.
+	m.ojsOK(&OJSPutPolicy{Name: "batch", Mode: PolicyPatch, Set: QueueConfig{VisibilityTimeout: i64(77)}, Match: "zzz", HasMatch: true})
+	if q := m.queue("batch.eu"); q.Options.LeaseTime != 77 || q.OJS.Policy != "batch" {
+		t.Fatalf("after policy edit: lease %d policy %s", q.Options.LeaseTime, q.OJS.Policy)
+	}
+	// Deleting a policy unbinds: back to the push default.
+	r := m.ojsOK(&OJSDeletePolicy{Name: "batch"})
+	if r.Unbound != 1 {
+		t.Fatalf("unbound %d", r.Unbound)
+	}
+	if q := m.queue("batch.eu"); q.Options.LeaseTime != PushLeaseSeconds || q.OJS.Policy != "" {
+		t.Fatalf("after policy delete: lease %d policy %q", q.Options.LeaseTime, q.OJS.Policy)
+	}
+}
+
+func TestOJSLeaseDefaultsByOrigin(t *testing.T) {
+	m := newMachine(t)
+	m.push(item("pushed", "", "t", `1`))
+	m.apply(&ConfigureSet{Configure: Configure{Queue: "configured", Options: DefaultOptions(0)}})
+	m.ojsOK(&OJSCreateQueue{Name: "ojs", Bind: BindAuto})
+	for q, want := range map[string]int64{"pushed": 60, "configured": 300, "ojs": 30} {
+		if got := m.queue(q).Options.LeaseTime; got != want {
+			t.Errorf("%s: lease %d, want %d", q, got, want)
+		}
+	}
+	// A policy's visibility_timeout wins over the origin default, not over
+	// a leaseTime the configure named.
+	m.ojsOK(&OJSPutPolicy{Name: DefaultPolicyName, Mode: PolicyPut, Set: QueueConfig{VisibilityTimeout: i64(45)}})
+	for q := range map[string]bool{"pushed": true, "configured": true, "ojs": true} {
+		if got := m.queue(q).Options.LeaseTime; got != 45 {
+			t.Errorf("%s under _default: lease %d, want 45", q, got)
+		}
+	}
+	opts := DefaultOptions(0)
+	opts.LeaseTime = 120
+	m.apply(&ConfigureSet{Configure: Configure{Queue: "configured", Options: opts}, Present: PresentLease})
+	if q := m.queue("configured"); q.Options.LeaseTime != 120 || *q.OJS.Overrides.VisibilityTimeout != 120 {
+		t.Fatalf("configure: lease %d", q.Options.LeaseTime)
+	}
+	// And an OJS override shows in the Queen options.
+	m.ojsOK(&OJSUpdateQueue{Name: "configured", Set: QueueConfig{VisibilityTimeout: i64(9), DLQEnabled: bptr(false),
+		CompletedTTL: &Duration{Text: "P1D", Micros: 86400e6}}})
+	o := m.queue("configured").Options
+	if o.LeaseTime != 9 || o.DeadLetterQueue || o.DLQAfterMaxRetries || !o.RetentionEnabled || o.CompletedRetentionSeconds != 86400 {
+		t.Fatalf("options after patch: %+v", o)
+	}
+}
+
+func TestOJSStateTable(t *testing.T) {
+	m := newMachine(t)
+	m.ojsOK(&OJSCreateQueue{Name: "q"})
+	m.push(items("q", "", "a", "b")...)
+	// paused: pushes held, pops skip.
+	m.ojsOK(&OJSSetState{Name: "q", Pause: true})
+	pausedAt := m.queue("q").OJS.PausedAt
+	m.advance(time.Second)
+	m.ojsOK(&OJSSetState{Name: "q", Pause: true}) // idempotent, keeps paused_at
+	if m.queue("q").OJS.PausedAt != pausedAt {
+		t.Fatal("second pause moved paused_at")
+	}
+	if r := m.push(item("q", "", "c", `1`)); r.Refused != nil {
+		t.Fatalf("push to paused refused: %+v", r.Refused)
+	}
+	if r := m.pop(wild("q", 10)); r.Count() != 0 {
+		t.Fatal("pop from a paused queue delivered")
+	}
+	m.ojsErr(&OJSUpdateQueue{Name: "q", State: ToDraining}, 409, "invalid_state_transition")
+	m.ojsOK(&OJSSetState{Name: "q", Pause: false})
+	m.ojsOK(&OJSSetState{Name: "q", Pause: false}) // no-op
+	// draining (graceful): pushes 409, pops deliver, pause/resume 409.
+	m.ojsOK(&OJSUpdateQueue{Name: "q", State: ToDraining})
+	if r := m.push(item("q", "", "d", `1`)); r.Refused == nil || r.Refused.Code != RefuseDraining {
+		t.Fatalf("push to draining: %+v", r.Refused)
+	}
+	m.ojsErr(&OJSSetState{Name: "q", Pause: true}, 409, "queue_draining")
+	m.ojsErr(&OJSSetState{Name: "q", Pause: false}, 409, "queue_draining")
+	m.ojsErr(&OJSUpdateQueue{Name: "q", State: ToPaused}, 409, "invalid_state_transition")
+	r := m.pop(wild("q", 10))
+	if r.Count() != 3 {
+		t.Fatalf("draining pop delivered %d", r.Count())
+	}
+	// Cancel the drain, drain again, then the sweep deletes it at depth 0.
+	m.ojsOK(&OJSUpdateQueue{Name: "q", State: ToActive})
+	m.ojsOK(&OJSUpdateQueue{Name: "q", State: ToDraining})
+	if sr := m.apply(&OJSSweep{Queue: "q", MaxDLQ: 10})[0].(*OJSSweepResult); sr.Finished {
+		t.Fatal("drain finished with messages leased")
+	}
+	m.ack(QueueMode, ackAll(r, AckCompleted)...)
+	if sr := m.apply(&OJSSweep{Queue: "q", MaxDLQ: 10})[0].(*OJSSweepResult); !sr.Finished || m.queue("q") != nil {
+		t.Fatalf("drain did not finish: %+v", sr)
+	}
+	// Implicit creation by pause; strict mode refuses.
+	m.ojsOK(&OJSSetState{Name: "pause-test", Pause: true})
+	if q := m.queue("pause-test"); q == nil || StateName(q) != "paused" || q.Origin != segments.OriginOJS {
+		t.Fatal("pause of an unknown name did not create it paused")
+	}
+	m.ojsErr(&OJSSetState{Name: "nope", Pause: true, Strict: true}, 404, "queue_not_found")
+	m.ojsErr(&OJSUpdateQueue{Name: "nope"}, 404, "queue_not_found")
+	m.ojsErr(&OJSCreateQueue{Name: "pause-test"}, 409, "queue_exists")
+}
+
+func TestOJSCapacityAllOrNothing(t *testing.T) {
+	m := newMachine(t)
+	m.ojsOK(&OJSCreateQueue{Name: "cap", Config: QueueConfig{MaxDepth: i64(3)}})
+	if r := m.push(items("cap", "p", "1", "2")...); r.Refused != nil {
+		t.Fatal(r.Refused)
+	}
+	before := m.digest()
+	// Two more (one to another queue, which must not be stored either).
+	r := m.push(item("other", "", "x", `1`), item("cap", "p", "3", `1`), item("cap", "q", "4", `1`))
+	if r.Refused == nil || r.Refused.Code != RefuseFull || r.Refused.Depth != 2 || r.Refused.Bound != 3 {
+		t.Fatalf("refusal %+v", r.Refused)
+	}
+	if m.queue("other") != nil || m.depth("cap") != 2 {
+		t.Fatal("a refused push stored something")
+	}
+	if m.queue("cap").OJS.Overflow != 1 {
+		t.Fatal("overflow not counted")
+	}
+	_ = before
+	// Duplicates do not count; consumption frees room.
+	if r := m.push(item("cap", "p", "1", `1`), item("cap", "p", "3", `1`)); r.Refused != nil {
+		t.Fatalf("dup + 1: %+v", r.Refused)
+	}
+	pr := m.pop(wild("cap", 2))
+	m.ack(QueueMode, ackAll(pr, AckCompleted)...)
+	if d := m.depth("cap"); d != 1 {
+		t.Fatalf("depth after ack %d", d)
+	}
+	if r := m.push(items("cap", "p", "5", "6")...); r.Refused != nil {
+		t.Fatal(r.Refused)
+	}
+	// Size bound; lowering a bound removes nothing.
+	m.ojsOK(&OJSUpdateQueue{Name: "cap", Set: QueueConfig{MaxDepth: i64(1), MaxSizeBytes: i64(100)}})
+	if d := m.depth("cap"); d != 3 {
+		t.Fatalf("lowering max_depth removed messages: %d", d)
+	}
+	m.ojsOK(&OJSUpdateQueue{Name: "cap", Unset: FieldMaxDepth})
+	if r := m.push(item("cap", "p", "big", strings.Repeat("x", 100))); r.Refused == nil || r.Refused.BoundType != "size" {
+		t.Fatalf("size refusal %+v", r.Refused)
+	}
+	// A transaction that pushes into a full queue fails whole.
+	m.ojsOK(&OJSUpdateQueue{Name: "cap", Set: QueueConfig{MaxDepth: i64(3)}, Unset: FieldMaxSizeBytes})
+	tr := m.txn(opPush(item("other", "", "y", `1`)), opPush(item("cap", "p", "7", `1`)))
+	if tr.Success || tr.Refused == nil || m.queue("other") != nil {
+		t.Fatalf("transaction %+v", tr)
+	}
+}
+
+func TestOJSAccessLists(t *testing.T) {
+	m := newMachine(t)
+	prod, cons := []string{"svc-a"}, []string{"worker"}
+	m.ojsOK(&OJSCreateQueue{Name: "acl", Config: QueueConfig{Producers: &prod, Consumers: &cons}})
+	if r := m.push(item("acl", "", "1", `1`)); r.Refused == nil || r.Refused.Code != RefuseDenied {
+		t.Fatal("anonymous push accepted")
+	}
+	if r := m.pushAs("svc-b", item("acl", "", "1", `1`)); r.Refused == nil {
+		t.Fatal("svc-b push accepted")
+	}
+	if r := m.pushAs("svc-a", item("acl", "", "1", `1`)); r.Refused != nil {
+		t.Fatal(r.Refused)
+	}
+	if r := m.popAs("svc-a", wild("acl", 1)); r.Denied != "acl" || r.Count() != 0 {
+		t.Fatal("svc-a pop not denied")
+	}
+	if r := m.pop(wild("acl", 1)); r.Denied != "acl" {
+		t.Fatal("anonymous pop not denied")
+	}
+	if r := m.popAs("worker", wild("acl", 1)); r.Count() != 1 {
+		t.Fatal("worker pop denied")
+	}
+	// Empty list: nobody.
+	none := []string{}
+	m.ojsOK(&OJSUpdateQueue{Name: "acl", Set: QueueConfig{Producers: &none}})
+	if r := m.pushAs("svc-a", item("acl", "", "2", `1`)); r.Refused == nil {
+		t.Fatal("empty producers list accepted a push")
+	}
+}
+
+func TestOJSMaxConcurrency(t *testing.T) {
+	m := newMachine(t)
+	m.ojsOK(&OJSCreateQueue{Name: "mc", Config: QueueConfig{MaxConcurrency: i64(2)}})
+	for _, p := range []string{"a", "b", "c"} {
+		m.push(item("mc", p, "t"+p, `1`))
+	}
+	l := Lease{Scope: ScopeWildcard, Queue: "mc", Group: QueueMode, Batch: 10, MaxPartitions: 10}
+	r := m.pop(l)
+	if len(r.Partitions) != 2 {
+		t.Fatalf("claimed %d batches with max_concurrency 2", len(r.Partitions))
+	}
+	if r2 := m.pop(l); r2.Count() != 0 {
+		t.Fatal("pop past max_concurrency delivered")
+	}
+	if pc := m.checkPop(l); pc.Deliverable != 0 {
+		t.Fatal("CheckPop reports deliverable past max_concurrency")
+	}
+	m.ack(QueueMode, ackAll(r, AckCompleted)...)
+	if r3 := m.pop(l); len(r3.Partitions) != 1 {
+		t.Fatal("pop after acks")
+	}
+}
+
+func TestOJSDeleteStrategies(t *testing.T) {
+	m := newMachine(t)
+	m.push(items("rej", "", "1")...)
+	m.ojsErr(&OJSDeleteQueue{Name: "rej", Strategy: segments.DeleteReject}, 409, "queue_not_empty")
+	pr := m.pop(wild("rej", 1))
+	m.ack(QueueMode, ackAll(pr, AckCompleted)...)
+	if r := m.ojsOK(&OJSDeleteQueue{Name: "rej", Strategy: segments.DeleteReject}); !r.Deleted || m.queue("rej") != nil {
+		t.Fatal("reject of an empty queue")
+	}
+	// purge with an active lease: 202-style pending, pops get nothing,
+	// the ack ending the last lease completes it.
+	m.push(items("pg", "", "1", "2", "3")...)
+	pr = m.pop(wild("pg", 1))
+	r := m.ojsOK(&OJSDeleteQueue{Name: "pg", Strategy: segments.DeletePurge})
+	if !r.Pending || r.Affected != 3 {
+		t.Fatalf("purge with a lease: %+v", r)
+	}
+	if m.push(item("pg", "", "4", `1`)).Refused.Code != RefuseDeleting {
+		t.Fatal("push to a deleting queue")
+	}
+	if m.pop(wild("pg", 5)).Count() != 0 {
+		t.Fatal("pop from a deleting queue")
+	}
+	m.ojsErr(&OJSDeleteQueue{Name: "pg", Strategy: segments.DeleteMove, Target: "x"}, 409, "queue_deleting")
+	if r := m.ojsOK(&OJSDeleteQueue{Name: "pg", Strategy: segments.DeletePurge}); !r.Pending {
+		t.Fatal("repeat delete not pending")
+	}
+	m.ojsErr(&OJSUpdateQueue{Name: "pg", Set: QueueConfig{MaxDepth: i64(1)}}, 409, "queue_deleting")
+	m.ojsErr(&OJSPurgeQueue{Name: "pg", States: PurgeBacklog}, 409, "queue_deleting")
+	m.ack(QueueMode, ackAll(pr, AckCompleted)...)
+	if m.queue("pg") != nil {
+		t.Fatal("deletion not finished by the last ack")
+	}
+	// move keeps per-partition order, onto partitions of the same name.
+	for p := 0; p < 3; p++ {
+		for i := 0; i < 4; i++ {
+			m.push(item("src", "p"+string(rune('0'+p)), "m"+string(rune('0'+p))+string(rune('0'+i)), `1`))
+		}
+	}
+	m.push(item("dst", "p1", "existing", `1`))
+	pr = m.pop(Lease{Scope: ScopeSpecific, Queue: "src", Partition: "p0", Group: QueueMode, Batch: 1, MaxPartitions: 1})
+	m.ack(QueueMode, ackAll(pr, AckCompleted)...) // m00 consumed: not moved
+	r = m.ojsOK(&OJSDeleteQueue{Name: "src", Strategy: segments.DeleteMove, Target: "dst"})
+	if !r.Deleted || r.Affected != 11 {
+		t.Fatalf("move: %+v", r)
+	}
+	if got := m.stored("dst", "p0"); strings.Join(got, ",") != "m01,m02,m03" {
+		t.Fatalf("p0 moved as %v", got)
+	}
+	if got := m.stored("dst", "p1"); strings.Join(got, ",") != "existing,m10,m11,m12,m13" {
+		t.Fatalf("p1 moved as %v", got)
+	}
+	m.ojsErr(&OJSDeleteQueue{Name: "dst", Strategy: segments.DeleteMove, Target: "dst"}, 422, "invalid_target")
+	m.ojsOK(&OJSCreateQueue{Name: "small", Config: QueueConfig{MaxDepth: i64(2)}})
+	m.ojsErr(&OJSDeleteQueue{Name: "dst", Strategy: segments.DeleteMove, Target: "small"}, 409, "target_queue_full")
+	// discard; the default queue is protected.
+	if r := m.ojsOK(&OJSDeleteQueue{Name: "dst", Strategy: segments.DeleteDiscard}); !r.Deleted || r.Affected != 12 {
+		t.Fatalf("discard %+v", r)
+	}
+	m.ojsOK(&OJSSetState{Name: "default", Pause: false})
+	m.ojsErr(&OJSDeleteQueue{Name: "default", Strategy: segments.DeletePurge}, 409, "queue_protected")
+}
+
+func TestOJSPurgeKeepsLeased(t *testing.T) {
+	m := newMachine(t)
+	m.push(items("pq", "", "1", "2")...)
+	m.push(items("pq", "", "3", "4")...)
+	pr := m.pop(wild("pq", 1)) // "1" leased
+	r := m.ojsOK(&OJSPurgeQueue{Name: "pq", States: PurgeBacklog})
+	if r.Affected != 3 {
+		t.Fatalf("purged %d", r.Affected)
+	}
+	m.ack(QueueMode, ackAll(pr, AckCompleted)...)
+	if got := m.pop(wild("pq", 10)); got.Count() != 0 {
+		t.Fatalf("purged messages delivered: %v", txids(got))
+	}
+	if d := m.depth("pq"); d != 0 {
+		t.Fatalf("depth %d", d)
+	}
+}
+
+func TestOJSDeadLetterPruning(t *testing.T) {
+	m := newMachine(t)
+	m.ojsOK(&OJSCreateQueue{Name: "dl", Config: QueueConfig{DLQEnabled: bptr(true), DLQMaxCount: i64(2),
+		DLQMaxAge: &Duration{Text: "PT1H", Micros: 3600e6}}})
+	for i := 0; i < 4; i++ {
+		m.push(item("dl", "", "m"+string(rune('0'+i)), `1`))
+		pr := m.pop(wild("dl", 1))
+		m.ack(QueueMode, ackAll(pr, AckDLQ)...)
+		m.advance(20 * time.Minute)
+	}
+	// Ages: 80, 60, 40, 20 minutes. max_age prunes the first two (>= 1 h),
+	// then max_count keeps the newest two.
+	sr := m.apply(&OJSSweep{Queue: "dl", MaxDLQ: 100})[0].(*OJSSweepResult)
+	if sr.Pruned != 2 || len(m.deadLetters("dl")) != 2 {
+		t.Fatalf("pruned %d, left %d", sr.Pruned, len(m.deadLetters("dl")))
+	}
+	m.ojsOK(&OJSUpdateQueue{Name: "dl", Set: QueueConfig{DLQMaxCount: i64(1)}})
+	sr = m.apply(&OJSSweep{Queue: "dl", MaxDLQ: 100})[0].(*OJSSweepResult)
+	if left := m.deadLetters("dl"); sr.Pruned != 1 || len(left) != 1 || left[0].TxID != "m3" {
+		t.Fatalf("count pruning: %+v", sr)
+	}
+	// Idempotent.
+	if sr = m.apply(&OJSSweep{Queue: "dl", MaxDLQ: 100})[0].(*OJSSweepResult); sr.Pruned != 0 {
+		t.Fatal("second sweep pruned")
+	}
+}
+
+func TestOJSPatchAndEvents(t *testing.T) {
+	m := newMachine(t)
+	m.ojsOK(&OJSCreateQueue{Name: "ev", Config: QueueConfig{MaxDepth: i64(5)}})
+	if r := m.ojsOK(&OJSUpdateQueue{Name: "ev", Set: QueueConfig{MaxDepth: i64(5)}}); r.Changed {
+		t.Fatal("a patch that changes nothing changed something")
+	}
+	m.ojsOK(&OJSUpdateQueue{Name: "ev", Unset: FieldMaxDepth, State: ToPaused})
+	if q := m.queue("ev"); q.OJS.Overrides.MaxDepth != nil || q.OJS.Limits.MaxDepth != 0 {
+		t.Fatal("null did not remove the override")
+	}
+	m.ojsOK(&OJSPurgeQueue{Name: "ev", States: PurgeBacklog})
+	m.ojsOK(&OJSDeleteQueue{Name: "ev", Strategy: segments.DeletePurge})
+	var types []string
+	m.view(func(tx *segments.Tx) error {
+		return tx.ForEachQueueEvent(0, func(e *segments.QueueEvent) (bool, error) {
+			types = append(types, e.Type)
+			if segments.EventSeq(e.ID) != e.Seq {
+				t.Errorf("event id does not encode its number")
+			}
+			return true, nil
+		})
+	})
+	want := "queue.created,queue.config_updated,queue.paused,queue.purged,queue.deleted"
+	if strings.Join(types, ",") != want {
+		t.Fatalf("events %v", types)
+	}
+}
+
+func TestOJSPlainQueenQueueUnchanged(t *testing.T) {
+	m := newMachine(t)
+	m.push(item("plain", "", "1", `1`))
+	q := m.queue("plain")
+	if q.OJS != nil || q.Base != nil || q.Options != DefaultOptions(segments.OriginPush) {
+		t.Fatalf("a plain push-born queue got OJS state: %+v", q)
+	}
+}

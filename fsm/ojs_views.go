@@ -1,0 +1,189 @@
+package fsm
+
+import (
+	"github.com/crownmq/crown/segments"
+)
+
+// Read views of the OJS surface. Like the other views they read the local
+// state; the OJS handlers run a read barrier first (ojs-queues.md 0.3).
+
+// popBlocked reports whether the OJS rules close q to a pop by principal at
+// now (paused, deleting, max_concurrency reached), and whether the access
+// list refuses it. wake receives the earliest lease expiry that may reopen it.
+func popBlocked(tx *segments.Tx, q *segments.Queue, principal string, now int64, wake func(int64)) (blocked, denied bool) {
+	s := q.OJS
+	if !allowed(s.Limits.RestrictConsumers, s.Limits.Consumers, principal) {
+		return true, true
+	}
+	if s.State == segments.OJSPaused || s.Deletion != nil {
+		return true, false
+	}
+	if s.Limits.MaxConcurrency > 0 {
+		n, next := liveLeases(tx, q, now)
+		if n >= s.Limits.MaxConcurrency {
+			wake(next)
+			return true, false
+		}
+	}
+	return false, false
+}
+
+// OJSQueueView is a queue as the OJS API shows it.
+type OJSQueueView struct {
+	Queue        QueueInfo
+	Config       EffectiveConfig
+	Depth        uint64 // unconsumed backlog (available + active)
+	Available    uint64
+	Active       uint64
+	Completed    uint64 // consumed by every group and still stored
+	DeadLettered uint64
+	SizeBytes    uint64
+	OldestAt     int64 // commit time of the oldest available message, 0 if none
+}
+
+func ojsView(tx *segments.Tx, q *segments.Queue, now int64) OJSQueueView {
+	v := OJSQueueView{Queue: *q, Config: effective(tx, q)}
+	must(tx.ForEachPartition(q.ID, "", func(p *segments.Partition) (bool, error) {
+		backlog := partitionBacklog(tx, p)
+		v.Depth += backlog
+		v.Completed += p.Messages - backlog
+		v.SizeBytes += partitionBacklogBytes(tx, p)
+		var active uint64
+		must(tx.ForEachGroup(p.ID, func(_ string, g *segments.Group) (bool, error) {
+			if g.LeaseLive(now) && g.LeaseLast >= g.Next {
+				active = max(active, g.LeaseLast+1-max(g.Next, p.FirstOffset))
+			}
+			return true, nil
+		}))
+		active = min(active, backlog)
+		v.Active += active
+		if backlog > active {
+			v.Available += backlog - active
+			from := slowest(tx, p)
+			must(tx.Scan(p.ID, from, func(sm *segments.StoredMessage) (bool, error) {
+				if v.OldestAt == 0 || sm.CreatedAt < v.OldestAt {
+					v.OldestAt = sm.CreatedAt
+				}
+				return false, nil
+			}))
+		}
+		return true, nil
+	}))
+	v.DeadLettered = tx.DeadLetterCount(q.ID)
+	return v
+}
+
+// OJSQueue returns the OJS view of one queue, or nil.
+func (f *FSM) OJSQueue(name string, now int64) (*OJSQueueView, error) {
+	var out *OJSQueueView
+	err := f.View(func(tx *segments.Tx) (err error) {
+		defer recoverStorage(&err)
+		if q := must1(tx.Queue(name)); q != nil {
+			v := ojsView(tx, q, now)
+			out = &v
+		}
+		return nil
+	})
+	return out, err
+}
+
+// OJSQueues lists every queue in name-byte order, filtered by keep (which
+// sees the record before the counts are computed).
+func (f *FSM) OJSQueues(now int64, keep func(*QueueInfo) bool) ([]OJSQueueView, error) {
+	var out []OJSQueueView
+	err := f.View(func(tx *segments.Tx) (err error) {
+		defer recoverStorage(&err)
+		return tx.ForEachQueue(func(q *segments.Queue) (bool, error) {
+			if keep == nil || keep(q) {
+				out = append(out, ojsView(tx, q, now))
+			}
+			return true, nil
+		})
+	})
+	return out, err
+}
+
+// Policies lists the named policies in name order, and the _default policy
+// (nil when never set).
+func (f *FSM) Policies() (named []Policy, def *Policy, err error) {
+	err = f.View(func(tx *segments.Tx) error {
+		return tx.ForEachPolicy(func(p *segments.Policy) (bool, error) {
+			if p.Name == DefaultPolicyName {
+				def = p
+			} else {
+				named = append(named, *p)
+			}
+			return true, nil
+		})
+	})
+	return named, def, err
+}
+
+// DefaultEffective resolves the system defaults under the _default policy,
+// as the OJS API shows them for an OJS-born queue.
+func (f *FSM) DefaultEffective() (EffectiveConfig, error) {
+	var e EffectiveConfig
+	err := f.View(func(tx *segments.Tx) (err error) {
+		defer recoverStorage(&err)
+		q := &segments.Queue{Origin: segments.OriginOJS, Options: DefaultOptionsOJS(), OJS: &segments.OJSState{}}
+		resolve(tx, q)
+		e = effective(tx, q)
+		return nil
+	})
+	return e, err
+}
+
+// QueueEvents lists up to limit events numbered above after that keep
+// accepts, oldest first, and whether more follow.
+func (f *FSM) QueueEvents(after uint64, limit int, keep func(*QueueEvent) bool) (out []QueueEvent, more bool, err error) {
+	err = f.View(func(tx *segments.Tx) error {
+		return tx.ForEachQueueEvent(after, func(e *segments.QueueEvent) (bool, error) {
+			if keep != nil && !keep(e) {
+				return true, nil
+			}
+			if len(out) == limit {
+				more = true
+				return false, nil
+			}
+			out = append(out, *e)
+			return true, nil
+		})
+	})
+	return out, more, err
+}
+
+// OJSCounters reads the lifetime counts of created and deleted queues and
+// of capacity refusals.
+func (f *FSM) OJSCounters() (created, deleted, overflow uint64, err error) {
+	err = f.View(func(tx *segments.Tx) error {
+		v := tx.Setting(ojsCountersKey)
+		get := func(i int) uint64 {
+			if len(v) < (i+1)*8 {
+				return 0
+			}
+			var n uint64
+			for _, b := range v[i*8 : i*8+8] {
+				n = n<<8 | uint64(b)
+			}
+			return n
+		}
+		created, deleted, overflow = get(ojsCreated), get(ojsDeleted), get(ojsOverflow)
+		return nil
+	})
+	return
+}
+
+// OJSSweepTargets lists, in name order, the queues the leader's OJS sweep
+// must visit: draining ones (to finish) and those with dead-letter caps.
+func (f *FSM) OJSSweepTargets() ([]string, error) {
+	var out []string
+	err := f.View(func(tx *segments.Tx) error {
+		return tx.ForEachQueue(func(q *segments.Queue) (bool, error) {
+			if s := q.OJS; s != nil && (s.State == segments.OJSDraining || s.Limits.DLQMaxAge > 0 || s.Limits.DLQMaxCount > 0) {
+				out = append(out, q.Name)
+			}
+			return true, nil
+		})
+	})
+	return out, err
+}

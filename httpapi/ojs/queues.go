@@ -1,0 +1,663 @@
+package ojs
+
+import (
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/crownmq/crown/fsm"
+	"github.com/crownmq/crown/segments"
+)
+
+// QueueJSON renders the Queue object (ojs-queues.md 6.1).
+func QueueJSON(v *fsm.OJSQueueView) map[string]any {
+	q := &v.Queue
+	state := fsm.StateName(q)
+	var policy any
+	var overrides fsm.QueueConfig
+	origin := "implicit"
+	updated := q.CreatedAt
+	if s := q.OJS; s != nil {
+		if s.Policy != "" {
+			policy = s.Policy
+		}
+		overrides = s.Overrides
+		if s.Explicit {
+			origin = "explicit"
+		}
+		if s.UpdatedAt > updated {
+			updated = s.UpdatedAt
+		}
+	}
+	m := map[string]any{
+		"name": q.Name, "state": state, "status": state, "paused": state == "paused",
+		"origin": origin, "policy": policy,
+		"config": EffectiveJSON(&v.Config), "overrides": ConfigJSON(&overrides),
+		"depth": v.Depth, "available": v.Available, "scheduled": 0, "pending": 0, "active": v.Active,
+		"retryable": 0, "completed": v.Completed, "discarded": v.DeadLettered, "cancelled": 0,
+		"dead_lettered": v.DeadLettered,
+		"created_at":    Timestamp(q.CreatedAt), "updated_at": Timestamp(updated),
+		"ojs_addressable": fsm.ValidQueueName(q.Name),
+	}
+	if s := q.OJS; s != nil {
+		if s.State == segments.OJSPaused && s.PausedAt != 0 {
+			m["paused_at"] = Timestamp(s.PausedAt)
+		}
+		if s.State == segments.OJSDraining && s.DrainingSince != 0 {
+			m["draining_since"] = Timestamp(s.DrainingSince)
+		}
+		if d := s.Deletion; d != nil {
+			del := map[string]any{"strategy": fsm.StrategyName(d.Strategy), "active_remaining": v.Active}
+			if d.Target != "" {
+				del["target_queue"] = d.Target
+			}
+			m["deletion"] = del
+		}
+	}
+	return m
+}
+
+func (h *Handler) view(w http.ResponseWriter, name string) (*fsm.OJSQueueView, bool) {
+	v, err := h.state.OJSQueue(name, now())
+	if err != nil {
+		h.fail(w, newErr(500, "backend_error", "", "%v", err))
+		return nil, false
+	}
+	if v == nil {
+		h.fail(w, newErr(http.StatusNotFound, "not_found", "queue_not_found", "queue %s does not exist", name))
+		return nil, false
+	}
+	return v, true
+}
+
+// answerQueue reads the queue back after a command and answers {"queue": …}.
+func (h *Handler) answerQueue(w http.ResponseWriter, status int, name string, extra map[string]any) {
+	v, ok := h.view(w, name)
+	if !ok {
+		return
+	}
+	out := map[string]any{"queue": QueueJSON(v)}
+	for k, x := range extra {
+		out[k] = x
+	}
+	h.reply(w, status, out)
+}
+
+// ---- list ----
+
+func (h *Handler) listQueues(w http.ResponseWriter, r *http.Request, _ []string) {
+	q := r.URL.Query()
+	limit, offset := 50, 0
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 200 {
+			h.fail(w, badRequest("invalid_parameter", "limit", "limit must be an integer from 1 to 200"))
+			return
+		}
+		limit = n
+	}
+	if s := q.Get("offset"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			h.fail(w, badRequest("invalid_parameter", "offset", "offset must be a non-negative integer"))
+			return
+		}
+		offset = n
+	}
+	after := ""
+	hasCursor := false
+	if s := q.Get("cursor"); s != "" {
+		b, err := hex.DecodeString(strings.TrimPrefix(s, "c"))
+		if err != nil || !strings.HasPrefix(s, "c") {
+			h.fail(w, badRequest("invalid_parameter", "cursor", "cursor is not one this server issued"))
+			return
+		}
+		after, hasCursor = string(b), true
+	}
+	stateFilter := q.Get("state")
+	switch stateFilter {
+	case "", "active", "paused", "draining":
+	default:
+		h.fail(w, badRequest("invalid_parameter", "state", "state must be active, paused or draining"))
+		return
+	}
+	prefix := q.Get("prefix")
+	if !h.read(w, r) {
+		return
+	}
+	views, err := h.state.OJSQueues(now(), func(qi *fsm.QueueInfo) bool {
+		return strings.HasPrefix(qi.Name, prefix) && (stateFilter == "" || fsm.StateName(qi) == stateFilter)
+	})
+	if err != nil {
+		h.fail(w, newErr(500, "backend_error", "", "%v", err))
+		return
+	}
+	total := len(views)
+	start := offset
+	if hasCursor {
+		start = total
+		for i := range views {
+			if views[i].Queue.Name > after {
+				start = i
+				break
+			}
+		}
+	}
+	start = min(start, total)
+	end := min(start+limit, total)
+	items := make([]map[string]any, 0, end-start)
+	for i := start; i < end; i++ {
+		items = append(items, QueueJSON(&views[i]))
+	}
+	pg := map[string]any{"total": total, "limit": limit, "offset": start, "has_more": end < total}
+	if end < total {
+		pg["next_cursor"] = "c" + hex.EncodeToString([]byte(views[end-1].Queue.Name))
+	}
+	h.reply(w, http.StatusOK, map[string]any{"queues": items, "pagination": pg})
+}
+
+// ---- create ----
+
+func (h *Handler) createQueue(w http.ResponseWriter, r *http.Request, _ []string) {
+	b, e := h.body(r, false)
+	if e != nil {
+		h.fail(w, e)
+		return
+	}
+	m, e := object(b)
+	if e != nil {
+		h.fail(w, e)
+		return
+	}
+	if e := checkMembers(m, "name", "state", "policy", "config"); e != nil {
+		h.fail(w, e)
+		return
+	}
+	rawName, ok := m["name"]
+	if !ok || isNull(rawName) {
+		h.fail(w, badRequest("missing_field", "name", "name is required"))
+		return
+	}
+	name, ok := jsonString(rawName)
+	if !ok {
+		h.fail(w, badRequest("invalid_type", "name", "name must be a string"))
+		return
+	}
+	if e := queueName(name); e != nil {
+		h.fail(w, e)
+		return
+	}
+	c := &fsm.OJSCreateQueue{Name: name, MaxQueues: h.cfg.MaxQueues}
+	if raw, ok := m["state"]; ok && !isNull(raw) {
+		s, ok := jsonString(raw)
+		if !ok {
+			h.fail(w, badRequest("invalid_type", "state", "state must be a string"))
+			return
+		}
+		switch s {
+		case "active":
+		case "paused":
+			c.Paused = true
+		default:
+			e := newErr(http.StatusUnprocessableEntity, "validation_error", "invalid_state", "a queue is created active or paused, not %q", s)
+			e.Details = map[string]any{"field": "state"}
+			h.fail(w, e)
+			return
+		}
+	}
+	if bind, pol, e := parsePolicyRef(m); e != nil {
+		h.fail(w, e)
+		return
+	} else {
+		c.Bind, c.Policy = bind, pol
+	}
+	sm, prefix, e := splitConfig(m)
+	if e != nil {
+		h.fail(w, e)
+		return
+	}
+	cfg, _, ps := parseSections(sm, prefix, false)
+	if e := problems(ps); e != nil {
+		h.fail(w, e)
+		return
+	}
+	c.Config = cfg
+	res, ok := h.commit(w, r, b, c)
+	if !ok {
+		return
+	}
+	if _, ok := h.ojsResult(w, res); !ok {
+		return
+	}
+	w.Header().Set("Location", "/ojs/v1/queues/"+name)
+	h.answerQueue(w, http.StatusCreated, name, nil)
+}
+
+// parsePolicyRef reads the optional "policy" member: absent binds by
+// pattern, null binds none, a name binds that policy.
+func parsePolicyRef(m map[string]jsonRaw) (uint8, string, *Error) {
+	raw, ok := m["policy"]
+	if !ok {
+		return fsm.BindAuto, "", nil
+	}
+	if isNull(raw) {
+		return fsm.BindNone, "", nil
+	}
+	s, ok := jsonString(raw)
+	if !ok {
+		return 0, "", badRequest("invalid_type", "policy", "policy must be a string or null")
+	}
+	if len(s) > fsm.MaxPolicyNameBytes || !fsm.ValidQueueName(s) {
+		return 0, "", badRequest("invalid_request", "policy", "policy name %q is not valid", s)
+	}
+	return fsm.BindNamed, s, nil
+}
+
+// ---- get / patch / put config ----
+
+func (h *Handler) getQueue(w http.ResponseWriter, r *http.Request, a []string) {
+	if e := queueName(a[0]); e != nil {
+		h.fail(w, e)
+		return
+	}
+	if !h.read(w, r) {
+		return
+	}
+	h.answerQueue(w, http.StatusOK, a[0], nil)
+}
+
+var readOnlyMembers = []string{"origin", "status", "paused", "config", "overrides", "depth", "available",
+	"scheduled", "pending", "active", "retryable", "completed", "discarded", "cancelled", "dead_lettered",
+	"created_at", "updated_at", "paused_at", "draining_since", "deletion", "ojs_addressable"}
+
+func (h *Handler) patchQueue(w http.ResponseWriter, r *http.Request, a []string) {
+	name := a[0]
+	if e := queueName(name); e != nil {
+		h.fail(w, e)
+		return
+	}
+	b, e := h.body(r, true)
+	if e != nil {
+		h.fail(w, e)
+		return
+	}
+	m, e := object(b)
+	if e != nil {
+		h.fail(w, e)
+		return
+	}
+	for _, k := range readOnlyMembers {
+		if _, ok := m[k]; ok {
+			h.fail(w, badRequest("read_only_field", k, "%s is read-only", k))
+			return
+		}
+	}
+	if e := checkMembers(m, "name", "state", "policy"); e != nil {
+		h.fail(w, e)
+		return
+	}
+	if raw, ok := m["name"]; ok {
+		if s, ok := jsonString(raw); !ok || s != name {
+			h.fail(w, badRequest("read_only_field", "name", "name may only repeat the queue's name"))
+			return
+		}
+	}
+	c := &fsm.OJSUpdateQueue{Name: name}
+	if raw, ok := m["state"]; ok {
+		s, ok := jsonString(raw)
+		if !ok {
+			h.fail(w, badRequest("invalid_type", "state", "state must be a string"))
+			return
+		}
+		switch s {
+		case "active":
+			c.State = fsm.ToActive
+		case "paused":
+			c.State = fsm.ToPaused
+		case "draining":
+			c.State = fsm.ToDraining
+		default:
+			e := newErr(http.StatusUnprocessableEntity, "validation_error", "invalid_state", "state must be active, paused or draining, not %q", s)
+			e.Details = map[string]any{"field": "state"}
+			h.fail(w, e)
+			return
+		}
+	}
+	if _, ok := m["policy"]; ok {
+		bind, pol, e := parsePolicyRef(m)
+		if e != nil {
+			h.fail(w, e)
+			return
+		}
+		c.Bind, c.Policy = bind, pol
+	}
+	cfg, unset, ps := parseSections(m, "", true)
+	if e := problems(ps); e != nil {
+		h.fail(w, e)
+		return
+	}
+	c.Set, c.Unset = cfg, unset
+	if !h.read(w, r) {
+		return
+	}
+	if len(m) == 0 {
+		// {} is a no-op: no command, no event.
+		h.answerQueue(w, http.StatusOK, name, nil)
+		return
+	}
+	res, ok := h.commit(w, r, b, c)
+	if !ok {
+		return
+	}
+	if _, ok := h.ojsResult(w, res); !ok {
+		return
+	}
+	h.answerQueue(w, http.StatusOK, name, nil)
+}
+
+func (h *Handler) putConfig(w http.ResponseWriter, r *http.Request, a []string) {
+	name := a[0]
+	if e := queueName(name); e != nil {
+		h.fail(w, e)
+		return
+	}
+	b, e := h.body(r, false)
+	if e != nil {
+		h.fail(w, e)
+		return
+	}
+	m, e := object(b)
+	if e != nil {
+		h.fail(w, e)
+		return
+	}
+	if e := checkMembers(m, "config"); e != nil {
+		h.fail(w, e)
+		return
+	}
+	sm, prefix, e := splitConfig(m)
+	if e != nil {
+		h.fail(w, e)
+		return
+	}
+	cfg, _, ps := parseSections(sm, prefix, false)
+	if e := problems(ps); e != nil {
+		h.fail(w, e)
+		return
+	}
+	res, ok := h.commit(w, r, b, &fsm.OJSUpdateQueue{Name: name, Replace: true, Set: cfg})
+	if !ok {
+		return
+	}
+	if _, ok := h.ojsResult(w, res); !ok {
+		return
+	}
+	h.answerQueue(w, http.StatusOK, name, nil)
+}
+
+// ---- pause / resume ----
+
+func (h *Handler) pause(w http.ResponseWriter, r *http.Request, a []string) {
+	h.setState(w, r, a[0], true)
+}
+func (h *Handler) resume(w http.ResponseWriter, r *http.Request, a []string) {
+	h.setState(w, r, a[0], false)
+}
+
+func (h *Handler) setState(w http.ResponseWriter, r *http.Request, name string, pause bool) {
+	if e := queueName(name); e != nil {
+		h.fail(w, e)
+		return
+	}
+	b, e := h.body(r, false)
+	if e != nil {
+		h.fail(w, e)
+		return
+	}
+	c := &fsm.OJSSetState{Name: name, Pause: pause, Strict: h.cfg.Strict}
+	if b != nil {
+		m, e := object(b)
+		if e != nil {
+			h.fail(w, e)
+			return
+		}
+		if e := checkMembersOnly(m, "reason"); e != nil {
+			h.fail(w, e)
+			return
+		}
+		if raw, ok := m["reason"]; ok && !isNull(raw) {
+			s, ok := jsonString(raw)
+			if !ok {
+				h.fail(w, badRequest("invalid_type", "reason", "reason must be a string"))
+				return
+			}
+			if len([]rune(s)) > 256 {
+				e := newErr(http.StatusUnprocessableEntity, "validation_error", "out_of_range", "reason is over 256 characters")
+				e.Details = map[string]any{"field": "reason"}
+				h.fail(w, e)
+				return
+			}
+			c.Reason = s
+		}
+	}
+	res, ok := h.commit(w, r, b, c)
+	if !ok {
+		return
+	}
+	if _, ok := h.ojsResult(w, res); !ok {
+		return
+	}
+	h.answerQueue(w, http.StatusOK, name, nil)
+}
+
+func checkMembersOnly(m map[string]jsonRaw, allowed ...string) *Error {
+	for k := range m {
+		ok := false
+		for _, a := range allowed {
+			ok = ok || a == k
+		}
+		if !ok {
+			return badRequest("unknown_field", k, "%s is not a known member", k)
+		}
+	}
+	return nil
+}
+
+// ---- purge ----
+
+func (h *Handler) purge(w http.ResponseWriter, r *http.Request, a []string) {
+	name := a[0]
+	if e := queueName(name); e != nil {
+		h.fail(w, e)
+		return
+	}
+	b, e := h.body(r, false)
+	if e != nil {
+		h.fail(w, e)
+		return
+	}
+	m := map[string]jsonRaw{}
+	if b != nil {
+		if m, e = object(b); e != nil {
+			h.fail(w, e)
+			return
+		}
+	}
+	if e := checkMembersOnly(m, "confirm", "states"); e != nil {
+		h.fail(w, e)
+		return
+	}
+	if v, ok := jsonBool(m["confirm"]); !ok || !v {
+		h.fail(w, badRequest("confirmation_required", "confirm", "purge is destructive: send {\"confirm\": true}"))
+		return
+	}
+	states := []string{"available", "scheduled", "retryable", "pending"}
+	if raw, ok := m["states"]; ok && !isNull(raw) {
+		var list []string
+		if err := jsonUnmarshalStrict(raw, &list); err != nil {
+			h.fail(w, badRequest("invalid_type", "states", "states must be an array of strings"))
+			return
+		}
+		states = list
+	}
+	c := &fsm.OJSPurgeQueue{Name: name}
+	for i, s := range states {
+		switch s {
+		case "available", "scheduled", "retryable", "pending":
+			c.States |= fsm.PurgeBacklog
+		case "completed":
+			c.States |= fsm.PurgeCompleted
+		case "discarded":
+			c.States |= fsm.PurgeDiscarded
+		case "cancelled":
+		default:
+			e := newErr(http.StatusUnprocessableEntity, "validation_error", "invalid_state",
+				"states[%d]: %q cannot be purged (leased jobs must be cancelled; allowed: available, scheduled, retryable, pending, completed, discarded, cancelled)", i, s)
+			e.Details = map[string]any{"field": fmt.Sprintf("states[%d]", i)}
+			h.fail(w, e)
+			return
+		}
+	}
+	if c.States == 0 {
+		if !h.read(w, r) {
+			return
+		}
+		h.answerQueue(w, http.StatusOK, name, map[string]any{"purged_count": 0, "states": states})
+		return
+	}
+	res, ok := h.commit(w, r, b, c)
+	if !ok {
+		return
+	}
+	or, ok := h.ojsResult(w, res)
+	if !ok {
+		return
+	}
+	h.answerQueue(w, http.StatusOK, name, map[string]any{"purged_count": or.Affected, "states": states})
+}
+
+// ---- delete ----
+
+func (h *Handler) deleteQueue(w http.ResponseWriter, r *http.Request, a []string) {
+	name := a[0]
+	if e := queueName(name); e != nil {
+		h.fail(w, e)
+		return
+	}
+	q := r.URL.Query()
+	strategy, target := q.Get("strategy"), q.Get("target_queue")
+	b, e := h.body(r, false)
+	if e != nil {
+		h.fail(w, e)
+		return
+	}
+	if b != nil {
+		m, e := object(b)
+		if e != nil {
+			h.fail(w, e)
+			return
+		}
+		if e := checkMembersOnly(m, "strategy", "target_queue"); e != nil {
+			h.fail(w, e)
+			return
+		}
+		for _, f := range []struct {
+			k   string
+			dst *string
+		}{{"strategy", &strategy}, {"target_queue", &target}} {
+			raw, ok := m[f.k]
+			if !ok || isNull(raw) {
+				continue
+			}
+			s, ok := jsonString(raw)
+			if !ok {
+				h.fail(w, badRequest("invalid_type", f.k, "%s must be a string", f.k))
+				return
+			}
+			if *f.dst != "" && *f.dst != s {
+				h.fail(w, badRequest("invalid_request", f.k, "%s differs between the query and the body", f.k))
+				return
+			}
+			*f.dst = s
+		}
+	}
+	c := &fsm.OJSDeleteQueue{Name: name}
+	switch strategy {
+	case "", "reject":
+		c.Strategy, strategy = segments.DeleteReject, "reject"
+	case "purge":
+		c.Strategy = segments.DeletePurge
+	case "move":
+		c.Strategy = segments.DeleteMove
+	case "discard":
+		c.Strategy = segments.DeleteDiscard
+	default:
+		h.fail(w, badRequest("invalid_parameter", "strategy", "strategy must be reject, purge, move or discard"))
+		return
+	}
+	if c.Strategy == segments.DeleteMove {
+		if target == "" {
+			h.fail(w, badRequest("missing_field", "target_queue", "strategy move needs target_queue"))
+			return
+		}
+		if !fsm.ValidQueueName(target) {
+			h.fail(w, badRequest("invalid_request", "target_queue", "target_queue %q is not a valid queue name", target))
+			return
+		}
+		c.Target = target
+	} else if target != "" {
+		h.fail(w, badRequest("invalid_parameter", "target_queue", "target_queue is only for strategy move"))
+		return
+	}
+	res, ok := h.commit(w, r, b, c)
+	if !ok {
+		return
+	}
+	or, ok := h.ojsResult(w, res)
+	if !ok {
+		return
+	}
+	out := map[string]any{"strategy": strategy, "jobs_affected": or.Affected}
+	if c.Target != "" {
+		out["target_queue"] = c.Target
+	}
+	if or.Pending {
+		h.answerQueue(w, http.StatusAccepted, name, out)
+		return
+	}
+	out["queue"] = map[string]any{"name": name, "state": "deleted", "status": "deleted", "paused": false,
+		"depth": 0, "active": 0}
+	h.reply(w, http.StatusOK, out)
+}
+
+// ---- stats ----
+
+func (h *Handler) stats(w http.ResponseWriter, r *http.Request, a []string) {
+	name := a[0]
+	if e := queueName(name); e != nil {
+		h.fail(w, e)
+		return
+	}
+	if !h.read(w, r) {
+		return
+	}
+	v, ok := h.view(w, name)
+	if !ok {
+		return
+	}
+	var pressure any
+	if v.Config.MaxDepth > 0 {
+		pressure = float64(v.Depth) / float64(v.Config.MaxDepth)
+	}
+	st := map[string]any{
+		"queue": name, "depth": v.Depth, "max_depth": v.Config.MaxDepth, "size_bytes": v.SizeBytes,
+		"max_size_bytes": v.Config.MaxSizeBytes, "pressure": pressure,
+		"completed_last_hour": 0, "failed_last_hour": 0,
+	}
+	if v.OldestAt != 0 && v.Available > 0 {
+		st["oldest_available_at"] = Timestamp(v.OldestAt)
+	}
+	h.reply(w, http.StatusOK, map[string]any{"queue": QueueJSON(v), "stats": st, "computed_at": Timestamp(now())})
+}
