@@ -274,13 +274,14 @@ func (f *forwarder) doRetrying(ctx context.Context, r *http.Request, body []byte
 	}
 }
 
-// catchUp waits briefly until this node has applied the index the leader
-// reported, so a client that reads here next sees its own write. The index
-// is also remembered: local reads wait for every index this node has
-// relayed (see localRead), so a node that is still catching up (a
-// restarted follower the leader is backing off from) never answers a read
-// with state older than a write it acknowledged.
-func (f *forwarder) catchUp(ctx context.Context, resp *http.Response) {
+// catchUp remembers the index the leader reported for a write this node
+// relays: local reads wait until this node has applied every index it
+// relayed (see localRead), so a client that reads here after a write sees
+// it, even on a node that is still catching up (a restarted follower the
+// leader is backing off from). The write itself is answered at once: the
+// follower learns the commit only with the leader's next message, and
+// making every write wait for that would add it to every forwarded write.
+func (f *forwarder) catchUp(_ context.Context, resp *http.Response) {
 	idx, err := strconv.ParseUint(resp.Header.Get(headerIndex), 10, 64)
 	if err != nil || idx == 0 {
 		return
@@ -291,9 +292,6 @@ func (f *forwarder) catchUp(ctx context.Context, resp *http.Response) {
 			break
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	f.s.cluster.WaitApplied(ctx, idx)
 }
 
 // localRead waits until this node has applied every write it relayed to a

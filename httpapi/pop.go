@@ -116,6 +116,12 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 	// a queue that already has messages; a pop woken from the long-poll
 	// park claims at once (queue-options.md, minPopWaitTime).
 	parked := false
+	// A follower's state may lag the leader's. Its first attempt therefore
+	// asks the leader without consulting the local state, so a pop sees
+	// every push answered before it started, whichever node took the push
+	// (queen-api.md 3.5). Later attempts, after a wake-up, use the local
+	// state as a hint: it has caught up with whatever woke it.
+	first := true
 	for {
 		var wt *waiter
 		if p.wait {
@@ -130,7 +136,9 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 			writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
 			return
 		}
-		if check.Deliverable > 0 || check.NeedsRecord || check.Denied {
+		askLeader := first && !s.cluster.IsLeader()
+		first = false
+		if askLeader || check.Deliverable > 0 || check.NeedsRecord || check.Denied {
 			if p.wait && !parked && check.Deliverable > 0 && check.Deliverable < c.Batch && c.Batch > 1 && check.MinPopWait > 0 {
 				s.fillWait(ctx, check.MinPopWait, deadline)
 			}

@@ -19,13 +19,17 @@ type ProposerConfig struct {
 	MaxCommands int
 	MaxBytes    int
 	// MaxInflight bounds the entries handed to Raft and not yet applied
-	// (default 2). While every slot is busy, new commands queue and go out
+	// (default 1). While every slot is busy, new commands queue and go out
 	// together in the next entry: batches grow with load, and an idle node
-	// sends a lone command at once.
+	// sends a lone command at once. Measured on 2 cores with 3 nodes, one
+	// entry in flight and a 1 ms linger used 40 % less server CPU per
+	// consumed message than two in flight without linger, and was faster:
+	// every entry costs an fsync and a bbolt commit on each node.
 	MaxInflight int
-	// Linger holds an under-full batch back up to this long to let it fill,
-	// but only while the node is busy (the previous entry carried more than
-	// one command), so a lone request on an idle node never waits.
+	// Linger holds an under-full batch back up to this long to let it fill
+	// (default 1 ms), but only while the node is busy (the previous entry
+	// carried more than one command), so a lone request on an idle node
+	// never waits.
 	Linger time.Duration
 	// EnqueueTimeout bounds how long Raft may take to accept an entry (default 10 s).
 	EnqueueTimeout time.Duration
@@ -39,7 +43,12 @@ func (c *ProposerConfig) defaults() {
 		c.MaxBytes = 8 << 20
 	}
 	if c.MaxInflight <= 0 {
-		c.MaxInflight = 2
+		c.MaxInflight = 1
+	}
+	if c.Linger < 0 {
+		c.Linger = 0
+	} else if c.Linger == 0 {
+		c.Linger = time.Millisecond
 	}
 	if c.EnqueueTimeout <= 0 {
 		c.EnqueueTimeout = 10 * time.Second

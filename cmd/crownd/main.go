@@ -100,8 +100,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.DurationVar(&c.Raft.ElectionTimeout, "raft-election-timeout", time.Second, "Raft election timeout")
 	fs.Uint64Var(&c.Raft.SnapshotThreshold, "raft-snapshot-threshold", 4096, "log entries between snapshots")
 	fs.Uint64Var(&c.Raft.TrailingLogs, "raft-trailing-logs", 16384, "log entries kept after a snapshot so a restarted node catches up from the log")
-	fs.IntVar(&c.Raft.Proposer.MaxInflight, "commit-inflight", 4, "group commit: log entries in flight at once; requests arriving meanwhile share the next entry")
-	fs.DurationVar(&c.Raft.Proposer.Linger, "commit-linger", 0, "group commit: how long an under-full entry may wait for more requests (0: none)")
+	fs.IntVar(&c.Raft.Proposer.MaxInflight, "commit-inflight", 1, "group commit: log entries in flight at once; requests arriving meanwhile share the next entry")
+	fs.DurationVar(&c.Raft.Proposer.Linger, "commit-linger", time.Millisecond, "group commit: how long an under-full entry may wait for more requests while the node is busy (negative: never)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `crownd %s: a Raft-replicated message broker speaking the Queen MQ HTTP API.
 
