@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -30,28 +31,51 @@ var ErrMalformed = errors.New("malformed log entry")
 
 // AppendEntry encodes e after dst.
 func AppendEntry(dst []byte, e *Entry) ([]byte, error) {
-	buf := bytes.NewBuffer(dst)
-	buf.WriteByte(EntryVersion)
-	enc := msgpack.NewEncoder(buf)
-	err := errors.Join(
-		enc.EncodeArrayLen(3),
-		enc.EncodeInt(e.Stamp),
-		enc.EncodeString(e.Origin),
-		enc.EncodeArrayLen(len(e.Commands)),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("encode entry header: %w", err)
-	}
+	framed := make([][]byte, len(e.Commands))
 	for i, c := range e.Commands {
-		t := c.Type()
-		if _, ok := lookup(t); !ok {
-			return nil, fmt.Errorf("encode command %d: type %d: %w", i, t, ErrUnknownType)
+		f, err := FrameCommand(nil, c)
+		if err != nil {
+			return nil, fmt.Errorf("encode command %d: %w", i, err)
 		}
-		if err := errors.Join(enc.EncodeArrayLen(2), enc.EncodeUint(uint64(t)), enc.Encode(c)); err != nil {
-			return nil, fmt.Errorf("encode command %d (%s): %w", i, registry[t].name, err)
-		}
+		framed[i] = f
+	}
+	return AppendFramedEntry(dst, e.Stamp, e.Origin, framed), nil
+}
+
+// FrameCommand encodes one command as it sits inside an entry, [type, body],
+// after dst. Proposers call it on the requesting goroutine, so commands are
+// encoded in parallel and the entry is a concatenation.
+func FrameCommand(dst []byte, c Command) ([]byte, error) {
+	t := c.Type()
+	if _, ok := lookup(t); !ok {
+		return nil, fmt.Errorf("type %d: %w", t, ErrUnknownType)
+	}
+	buf := bytes.NewBuffer(dst)
+	enc := msgpack.NewEncoder(buf)
+	if err := errors.Join(enc.EncodeArrayLen(2), enc.EncodeUint(uint64(t)), enc.Encode(c)); err != nil {
+		return nil, fmt.Errorf("encode %s command: %w", registry[t].name, err)
 	}
 	return buf.Bytes(), nil
+}
+
+// AppendFramedEntry encodes an entry of commands framed by FrameCommand.
+func AppendFramedEntry(dst []byte, stamp int64, origin string, framed [][]byte) []byte {
+	size := 32 + len(origin)
+	for _, f := range framed {
+		size += len(f)
+	}
+	buf := bytes.NewBuffer(slices.Grow(dst, size))
+	buf.WriteByte(EntryVersion)
+	enc := msgpack.NewEncoder(buf)
+	// Writes to a bytes.Buffer cannot fail.
+	_ = enc.EncodeArrayLen(3)
+	_ = enc.EncodeInt(stamp)
+	_ = enc.EncodeString(origin)
+	_ = enc.EncodeArrayLen(len(framed))
+	for _, f := range framed {
+		buf.Write(f)
+	}
+	return buf.Bytes()
 }
 
 // EncodeCommand encodes a single command's body (for size estimates and tests).

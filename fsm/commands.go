@@ -220,28 +220,3 @@ func (*RegisterNode) Type() Type { return TypeRegisterNode }
 func (*RemoveNode) Type() Type   { return TypeRemoveNode }
 func (*Sweep) Type() Type        { return TypeSweep }
 func (*ExpireLeases) Type() Type { return TypeExpireLeases }
-
-// SizeHint estimates a command's encoded size, so the proposer can bound an
-// entry without encoding twice.
-func SizeHint(c Command) int {
-	items := func(its []PushItem) int {
-		n := 0
-		for i := range its {
-			n += 48 + len(its[i].Queue) + len(its[i].Partition) + len(its[i].TxID) + len(its[i].Payload)
-		}
-		return n
-	}
-	switch c := c.(type) {
-	case *Push:
-		return 8 + items(c.Items)
-	case *Ack:
-		return 8 + len(c.Items)*(64+len(c.Group))
-	case *Transaction:
-		n := 8
-		for i := range c.Ops {
-			n += 64 + items(c.Ops[i].Items)
-		}
-		return n
-	}
-	return 128
-}

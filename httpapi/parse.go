@@ -42,6 +42,47 @@ func readBody(r *http.Request, limit int64) ([]byte, *apiError) {
 	return b, nil
 }
 
+// readBodyPooled is readBody into a pooled buffer, for the hot endpoints.
+// Parsed commands alias the buffer (payloads are kept verbatim), so the
+// caller releases it only after it has proposed or forwarded the command
+// and written its answer (the proposer encodes a command before Propose
+// returns).
+func readBodyPooled(r *http.Request, limit int64) ([]byte, func(), *apiError) {
+	buf := getBuf()
+	release := func() { putBuf(buf) }
+	b := *buf
+	if n := r.ContentLength; n > 0 && n <= limit && int(n) > cap(b) {
+		b = make([]byte, 0, n+1)
+	}
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Body.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if int64(len(b)) > limit {
+			*buf = b[:0]
+			release()
+			return nil, func() {}, &apiError{Status: http.StatusRequestEntityTooLarge, Code: codeTooLarge,
+				Message: fmt.Sprintf("Request body exceeds the limit of %d bytes", limit)}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			*buf = b[:0]
+			release()
+			return nil, func() {}, badRequest(codeInvalidJSON, "", "Invalid JSON: reading body: %v", err)
+		}
+	}
+	*buf = b
+	if len(bytes.TrimSpace(b)) == 0 {
+		release()
+		return nil, func() {}, badRequest(codeEmptyBody, "", "Empty request body")
+	}
+	return b, release, nil
+}
+
 // decodeObject validates b as one JSON object and returns its raw members
 // by exact name (a repeated name keeps its last value, as encoding/json does).
 func decodeObject(b []byte, where string) (map[string]json.RawMessage, *apiError) {

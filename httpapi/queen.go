@@ -62,11 +62,12 @@ func optionsJSON(o fsm.Options, legacy bool) map[string]any {
 // ---- push ----
 
 func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
-	body, aerr := readBody(r, s.cfg.Limits.MaxBodyBytes)
+	body, release, aerr := readBodyPooled(r, s.cfg.Limits.MaxBodyBytes)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
+	defer release()
 	if s.forwardEarly(w, r, body) {
 		return
 	}
@@ -175,11 +176,12 @@ func (s *Server) handleAckBatch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) ack(w http.ResponseWriter, r *http.Request, parse func([]byte) (*fsm.Ack, *apiError)) {
-	body, aerr := readBody(r, s.cfg.Limits.MaxBodyBytes)
+	body, release, aerr := readBodyPooled(r, s.cfg.Limits.MaxBodyBytes)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
+	defer release()
 	if s.forwardEarly(w, r, body) {
 		return
 	}
@@ -205,11 +207,12 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, parse func([]byte) 
 // ---- transaction ----
 
 func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
-	body, aerr := readBody(r, s.cfg.Limits.MaxBodyBytes)
+	body, release, aerr := readBodyPooled(r, s.cfg.Limits.MaxBodyBytes)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
+	defer release()
 	if s.forwardEarly(w, r, body) {
 		return
 	}

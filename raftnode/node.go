@@ -127,7 +127,10 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 		}
 		return nil, err
 	}
-	logs, err := raft.NewLogCache(4096, store)
+	// The cache serves replication from memory. Entries carry whole group
+	// commits (often tens of KiB), so it holds a few hundred, not thousands:
+	// 4096 entries of a busy cluster held 250 MB of heap.
+	logs, err := raft.NewLogCache(256, store)
 	if err != nil {
 		return fail(fmt.Errorf("log cache: %w", err))
 	}

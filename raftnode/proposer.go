@@ -72,9 +72,8 @@ type Proposer struct {
 }
 
 type proposal struct {
-	cmd  fsm.Command
-	size int
-	out  chan outcome
+	framed []byte // the command encoded by fsm.FrameCommand
+	out    chan outcome
 }
 
 type outcome struct {
@@ -95,7 +94,14 @@ func newProposer(cfg ProposerConfig, r *raft.Raft, origin string, log *slog.Logg
 // Propose queues cmd for the next entry and waits for its result. If ctx
 // ends after the command was queued, the command may still commit.
 func (p *Proposer) Propose(ctx context.Context, cmd fsm.Command) (any, uint64, error) {
-	pr := &proposal{cmd: cmd, size: fsm.SizeHint(cmd), out: make(chan outcome, 1)}
+	// Encoding here, on the caller's goroutine, spreads it over the
+	// requests and leaves cmd (which may alias the request body) free as
+	// soon as Propose returns.
+	framed, err := fsm.FrameCommand(nil, cmd)
+	if err != nil {
+		return nil, 0, err
+	}
+	pr := &proposal{framed: framed, out: make(chan outcome, 1)}
 	select {
 	case p.in <- pr:
 	case <-ctx.Done():
@@ -135,7 +141,7 @@ func (p *Proposer) run() {
 			p.drainWith(ErrShutdown)
 			return
 		}
-		batch, size := []*proposal{first}, first.size
+		batch, size := []*proposal{first}, len(first.framed)
 		var (
 			linger <-chan time.Time
 			timer  *time.Timer
@@ -149,7 +155,7 @@ func (p *Proposer) run() {
 			if linger == nil {
 				select {
 				case pr := <-p.in:
-					batch, size = append(batch, pr), size+pr.size
+					batch, size = append(batch, pr), size+len(pr.framed)
 				default:
 					break fill
 				}
@@ -157,7 +163,7 @@ func (p *Proposer) run() {
 			}
 			select {
 			case pr := <-p.in:
-				batch, size = append(batch, pr), size+pr.size
+				batch, size = append(batch, pr), size+len(pr.framed)
 			case <-linger:
 				break fill
 			}
@@ -184,19 +190,11 @@ func (p *Proposer) drainWith(err error) {
 // submit encodes one entry, stamped with this leader's clock, and hands it
 // to Raft; a goroutine delivers each command's result when it is applied.
 func (p *Proposer) submit(batch []*proposal) {
-	e := &fsm.Entry{Stamp: time.Now().UnixMicro(), Origin: p.origin, Commands: make([]fsm.Command, len(batch))}
+	framed := make([][]byte, len(batch))
 	for i, pr := range batch {
-		e.Commands[i] = pr.cmd
+		framed[i] = pr.framed
 	}
-	data, err := fsm.AppendEntry(nil, e)
-	if err != nil {
-		<-p.slots
-		p.log.Error("encode entry", "error", err)
-		for _, pr := range batch {
-			pr.out <- outcome{err: fmt.Errorf("encode entry: %w", err)}
-		}
-		return
-	}
+	data := fsm.AppendFramedEntry(nil, time.Now().UnixMicro(), p.origin, framed)
 	fut := p.raft.Apply(data, p.cfg.EnqueueTimeout)
 	p.wg.Add(1)
 	go func() {
