@@ -169,6 +169,24 @@ func (h *Handler) body(r *http.Request, merge bool) ([]byte, *Error) {
 }
 
 // object parses a required JSON object body.
+// configBody reads a request whose only members are a configuration
+// document (flat or under "config"), as PUT and PATCH of configuration take.
+func (h *Handler) configBody(r *http.Request, patch bool) ([]byte, fsm.QueueConfig, uint32, *Error) {
+	b, e := h.body(r, patch)
+	if e != nil {
+		return nil, fsm.QueueConfig{}, 0, e
+	}
+	m, e := object(b)
+	if e != nil {
+		return nil, fsm.QueueConfig{}, 0, e
+	}
+	if e := checkMembers(m, "config"); e != nil {
+		return nil, fsm.QueueConfig{}, 0, e
+	}
+	cfg, unset, e := configOf(m, patch)
+	return b, cfg, unset, e
+}
+
 func object(b []byte) (map[string]jsonRaw, *Error) {
 	if b == nil {
 		return nil, newErr(http.StatusBadRequest, "invalid_payload", "", "a JSON object body is required")
@@ -215,6 +233,16 @@ func (h *Handler) commit(w http.ResponseWriter, r *http.Request, body []byte, cm
 }
 
 // ojsResult unwraps an OJSResult, writing its error.
+// run commits an OJS command and answers its refusal, if any; ok reports
+// that the command applied and the caller writes the answer.
+func (h *Handler) run(w http.ResponseWriter, r *http.Request, body []byte, cmd fsm.Command) (*fsm.OJSResult, bool) {
+	res, ok := h.commit(w, r, body, cmd)
+	if !ok {
+		return nil, false
+	}
+	return h.ojsResult(w, res)
+}
+
 func (h *Handler) ojsResult(w http.ResponseWriter, res any) (*fsm.OJSResult, bool) {
 	or := res.(*fsm.OJSResult)
 	if e := or.Err; e != nil {

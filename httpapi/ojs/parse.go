@@ -281,6 +281,21 @@ func parseSections(m map[string]json.RawMessage, prefix string, patch bool) (cfg
 // splitConfig handles the two request forms: sections at the top level, or
 // nested in "config". It returns the members holding the sections and the
 // path prefix for error fields.
+// configOf parses the configuration document of a request object (flat or
+// wrapped in "config"): the first invalid field fails it, with every problem
+// in the error's details.
+func configOf(m map[string]json.RawMessage, patch bool) (fsm.QueueConfig, uint32, *Error) {
+	sm, prefix, e := splitConfig(m)
+	if e != nil {
+		return fsm.QueueConfig{}, 0, e
+	}
+	cfg, unset, ps := parseSections(sm, prefix, patch)
+	if e := problems(ps); e != nil {
+		return fsm.QueueConfig{}, 0, e
+	}
+	return cfg, unset, nil
+}
+
 func splitConfig(m map[string]json.RawMessage) (map[string]json.RawMessage, string, *Error) {
 	raw, nested := m["config"]
 	if !nested {

@@ -53,35 +53,12 @@ func (h *Handler) patchDefault(w http.ResponseWriter, r *http.Request, _ []strin
 }
 
 func (h *Handler) writeDefault(w http.ResponseWriter, r *http.Request, mode uint8) {
-	b, e := h.body(r, mode == fsm.PolicyPatch)
+	b, cfg, unset, e := h.configBody(r, mode == fsm.PolicyPatch)
 	if e != nil {
 		h.fail(w, e)
 		return
 	}
-	m, e := object(b)
-	if e != nil {
-		h.fail(w, e)
-		return
-	}
-	if e := checkMembers(m, "config"); e != nil {
-		h.fail(w, e)
-		return
-	}
-	sm, prefix, e := splitConfig(m)
-	if e != nil {
-		h.fail(w, e)
-		return
-	}
-	cfg, unset, ps := parseSections(sm, prefix, mode == fsm.PolicyPatch)
-	if e := problems(ps); e != nil {
-		h.fail(w, e)
-		return
-	}
-	res, ok := h.commit(w, r, b, &fsm.OJSPutPolicy{Name: fsm.DefaultPolicyName, Mode: mode, Set: cfg, Unset: unset})
-	if !ok {
-		return
-	}
-	if _, ok := h.ojsResult(w, res); !ok {
+	if _, ok := h.run(w, r, b, &fsm.OJSPutPolicy{Name: fsm.DefaultPolicyName, Mode: mode, Set: cfg, Unset: unset}); !ok {
 		return
 	}
 	h.answerDefault(w)
@@ -257,11 +234,7 @@ func (h *Handler) createPolicy(w http.ResponseWriter, r *http.Request, _ []strin
 		h.fail(w, e)
 		return
 	}
-	res, ok := h.commit(w, r, b, c)
-	if !ok {
-		return
-	}
-	if _, ok := h.ojsResult(w, res); !ok {
+	if _, ok := h.run(w, r, b, c); !ok {
 		return
 	}
 	w.Header().Set("Location", "/ojs/v1/queues/_policies/"+name)
@@ -306,11 +279,7 @@ func (h *Handler) patchPolicy(w http.ResponseWriter, r *http.Request, a []string
 		h.fail(w, e)
 		return
 	}
-	res, ok := h.commit(w, r, b, c)
-	if !ok {
-		return
-	}
-	if _, ok := h.ojsResult(w, res); !ok {
+	if _, ok := h.run(w, r, b, c); !ok {
 		return
 	}
 	h.findPolicy(w, name)

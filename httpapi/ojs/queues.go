@@ -213,22 +213,13 @@ func (h *Handler) createQueue(w http.ResponseWriter, r *http.Request, _ []string
 	} else {
 		c.Bind, c.Policy = bind, pol
 	}
-	sm, prefix, e := splitConfig(m)
+	cfg, _, e := configOf(m, false)
 	if e != nil {
 		h.fail(w, e)
 		return
 	}
-	cfg, _, ps := parseSections(sm, prefix, false)
-	if e := problems(ps); e != nil {
-		h.fail(w, e)
-		return
-	}
 	c.Config = cfg
-	res, ok := h.commit(w, r, b, c)
-	if !ok {
-		return
-	}
-	if _, ok := h.ojsResult(w, res); !ok {
+	if _, ok := h.run(w, r, b, c); !ok {
 		return
 	}
 	w.Header().Set("Location", "/ojs/v1/queues/"+name)
@@ -347,11 +338,7 @@ func (h *Handler) patchQueue(w http.ResponseWriter, r *http.Request, a []string)
 		h.answerQueue(w, http.StatusOK, name, nil)
 		return
 	}
-	res, ok := h.commit(w, r, b, c)
-	if !ok {
-		return
-	}
-	if _, ok := h.ojsResult(w, res); !ok {
+	if _, ok := h.run(w, r, b, c); !ok {
 		return
 	}
 	h.answerQueue(w, http.StatusOK, name, nil)
@@ -363,35 +350,12 @@ func (h *Handler) putConfig(w http.ResponseWriter, r *http.Request, a []string) 
 		h.fail(w, e)
 		return
 	}
-	b, e := h.body(r, false)
+	b, cfg, _, e := h.configBody(r, false)
 	if e != nil {
 		h.fail(w, e)
 		return
 	}
-	m, e := object(b)
-	if e != nil {
-		h.fail(w, e)
-		return
-	}
-	if e := checkMembers(m, "config"); e != nil {
-		h.fail(w, e)
-		return
-	}
-	sm, prefix, e := splitConfig(m)
-	if e != nil {
-		h.fail(w, e)
-		return
-	}
-	cfg, _, ps := parseSections(sm, prefix, false)
-	if e := problems(ps); e != nil {
-		h.fail(w, e)
-		return
-	}
-	res, ok := h.commit(w, r, b, &fsm.OJSUpdateQueue{Name: name, Replace: true, Set: cfg})
-	if !ok {
-		return
-	}
-	if _, ok := h.ojsResult(w, res); !ok {
+	if _, ok := h.run(w, r, b, &fsm.OJSUpdateQueue{Name: name, Replace: true, Set: cfg}); !ok {
 		return
 	}
 	h.answerQueue(w, http.StatusOK, name, nil)
@@ -442,11 +406,7 @@ func (h *Handler) setState(w http.ResponseWriter, r *http.Request, name string, 
 			c.Reason = s
 		}
 	}
-	res, ok := h.commit(w, r, b, c)
-	if !ok {
-		return
-	}
-	if _, ok := h.ojsResult(w, res); !ok {
+	if _, ok := h.run(w, r, b, c); !ok {
 		return
 	}
 	h.answerQueue(w, http.StatusOK, name, nil)
