@@ -90,35 +90,46 @@ func (a *applier) popQueue(p *popState, q *segments.Queue) {
 		}
 		return
 	}
-	// Round robin: resume after the partition this group was last served
-	// from, then wrap around, so that busy partitions cannot starve quiet ones.
-	qg := must1(a.tx.QueueGroup(q.ID, c.Group))
-	from := ""
-	if qg != nil {
-		from = qg.RRFrom
-	}
 	var lastClaimed string
 	claimedAny := false
-	visit := func(part *segments.Partition) (bool, error) {
+	forEachPartitionRR(a.tx, q.ID, c.Group, func(part *segments.Partition) bool {
 		if a.tryClaim(p, q, part) {
 			lastClaimed, claimedAny = part.Name, true
 		}
-		return !p.done(), nil
-	}
-	must(a.tx.ForEachPartition(q.ID, from, visit))
-	if !p.done() && from != "" {
-		must(a.tx.ForEachPartition(q.ID, "", func(part *segments.Partition) (bool, error) {
-			if part.Name >= from {
-				return false, nil
-			}
-			return visit(part)
-		}))
-	}
+		return !p.done()
+	})
 	if claimedAny {
 		// The smallest name after lastClaimed.
 		next := lastClaimed + "\x00"
 		a.touchQueueGroup(q.ID, c.Group, &next)
 	}
+}
+
+// forEachPartitionRR walks a queue's partitions in the group's round-robin
+// order: from the partition after the one it was last served from, wrapping
+// around, so that busy partitions cannot starve quiet ones and a scan finds
+// the next ready partition without walking the drained ones behind it. It
+// stops when fn returns false.
+func forEachPartitionRR(tx *segments.Tx, qid uint64, group string, fn func(*segments.Partition) bool) {
+	from := ""
+	if qg := must1(tx.QueueGroup(qid, group)); qg != nil {
+		from = qg.RRFrom
+	}
+	more := true
+	must(tx.ForEachPartition(qid, from, func(part *segments.Partition) (bool, error) {
+		more = fn(part)
+		return more, nil
+	}))
+	if !more || from == "" {
+		return
+	}
+	must(tx.ForEachPartition(qid, "", func(part *segments.Partition) (bool, error) {
+		if part.Name >= from {
+			return false, nil
+		}
+		more = fn(part)
+		return more, nil
+	}))
 }
 
 // touchQueueGroup records that the group has state on the queue and, when

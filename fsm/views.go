@@ -112,10 +112,10 @@ func forEachCandidate(tx *segments.Tx, c *Lease, queue func(*segments.Queue), pa
 			continue
 		}
 		more := true
-		must(tx.ForEachPartition(q.ID, "", func(p *segments.Partition) (bool, error) {
+		forEachPartitionRR(tx, q.ID, c.Group, func(p *segments.Partition) bool {
 			more = part(q, p)
-			return more, nil
-		}))
+			return more
+		})
 		if !more {
 			return
 		}
