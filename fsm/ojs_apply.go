@@ -348,20 +348,23 @@ func applyOJSUpdateQueue(a *applier, c *OJSUpdateQueue) any {
 
 func applyOJSSetState(a *applier, c *OJSSetState) any {
 	q := must1(a.tx.Queue(c.Name))
+	if q != nil && c.EnsureOnly {
+		return &OJSResult{Queue: copyQueue(q)}
+	}
 	if q == nil {
-		if c.Strict {
+		if c.Strict && !c.EnsureOnly {
 			return notFound(c.Name)
 		}
 		nq, er := a.newQueue(c.Name, segments.OriginOJS, BindAuto, "")
 		if er != nil {
 			return er
 		}
-		if c.Pause {
+		if c.Pause && !c.EnsureOnly {
 			nq.OJS.State, nq.OJS.PausedAt = segments.OJSPaused, a.now
 			resolve(a.tx, nq)
 		}
 		a.store(nq)
-		if c.Pause {
+		if c.Pause && !c.EnsureOnly {
 			a.event(segments.QueueEvent{Type: "queue.paused", Queue: nq.Name, Reason: c.Reason})
 		}
 		return &OJSResult{Queue: copyQueue(nq), Created: true, Changed: true}

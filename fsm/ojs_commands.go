@@ -88,6 +88,10 @@ type OJSSetState struct {
 	Pause    bool
 	Reason   string
 	Strict   bool // --ojs-strict-queues: no implicit creation
+	// EnsureOnly creates the queue (active) when it does not exist and
+	// otherwise changes nothing: the leader uses it to make sure the OJS
+	// queue "default" exists without undoing an operator's pause.
+	EnsureOnly bool
 }
 
 // OJSDeleteQueue deletes a queue with a strategy.

@@ -474,3 +474,28 @@ func TestOJSPlainQueenQueueUnchanged(t *testing.T) {
 		t.Fatalf("a plain push-born queue got OJS state: %+v", q)
 	}
 }
+
+// An ensure-only state command creates a missing queue (active) and changes
+// nothing on an existing one: a new leader must not resume a queue an
+// operator paused.
+func TestOJSEnsureOnly(t *testing.T) {
+	m := newMachine(t)
+	r := m.apply(&OJSSetState{Name: "default", EnsureOnly: true})[0].(*OJSResult)
+	if r.Err != nil || !r.Created || m.queue("default") == nil {
+		t.Fatalf("ensure of a missing queue: %+v", r)
+	}
+	if q := m.queue("default"); q.OJS != nil && q.OJS.State != segments.OJSActive {
+		t.Fatalf("ensured queue not active: %+v", q.OJS)
+	}
+	m.apply(&OJSSetState{Name: "default", Pause: true})
+	r = m.apply(&OJSSetState{Name: "default", EnsureOnly: true})[0].(*OJSResult)
+	if r.Err != nil || r.Created || r.Changed {
+		t.Fatalf("ensure of an existing queue: %+v", r)
+	}
+	if q := m.queue("default"); q.OJS == nil || q.OJS.State != segments.OJSPaused {
+		t.Fatal("ensure resumed a paused queue")
+	}
+	if r := m.apply(&OJSSetState{Name: "strict-q", EnsureOnly: true, Strict: true})[0].(*OJSResult); r.Err != nil || !r.Created {
+		t.Fatalf("ensure under strict mode: %+v", r)
+	}
+}

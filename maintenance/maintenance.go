@@ -50,8 +50,11 @@ type Config struct {
 	LeaseInterval time.Duration
 	LeaseGrace    time.Duration
 	LeaseBatch    uint32
-	Logger        *slog.Logger
-	Registry      prometheus.Registerer
+	// EnsureQueues are created (if missing) each time this node becomes
+	// leader.
+	EnsureQueues []string
+	Logger       *slog.Logger
+	Registry     prometheus.Registerer
 }
 
 func (c *Config) defaults() {
@@ -117,6 +120,10 @@ func (r *Runner) SetLeader(leader bool) {
 	r.wg.Add(2)
 	go r.every(ctx, r.cfg.RetentionInterval, r.sweepQueues)
 	go r.every(ctx, r.cfg.LeaseInterval, r.sweepLeases)
+	for _, name := range r.cfg.EnsureQueues {
+		r.wg.Add(1)
+		go r.ensureQueue(ctx, name)
+	}
 	if _, ok := r.state.(OJSState); ok {
 		r.wg.Add(1)
 		go r.every(ctx, r.cfg.RetentionInterval, r.sweepOJS)
@@ -127,6 +134,23 @@ func (r *Runner) SetLeader(leader bool) {
 func (r *Runner) Close() {
 	r.SetLeader(false)
 	r.wg.Wait()
+}
+
+// ensureQueue makes sure a queue exists (crownd passes the OJS queue
+// "default", which OJS requires on every implementation), retrying until it
+// commits or this node stops leading. The command changes nothing when the
+// queue exists.
+func (r *Runner) ensureQueue(ctx context.Context, name string) {
+	defer r.wg.Done()
+	for ctx.Err() == nil {
+		if _, ok := r.propose(ctx, &fsm.OJSSetState{Name: name, EnsureOnly: true}); ok {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 func (r *Runner) every(ctx context.Context, d time.Duration, fn func(context.Context)) {

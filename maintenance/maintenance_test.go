@@ -598,3 +598,43 @@ func (c *countingProposer) Propose(ctx context.Context, cmd fsm.Command) (any, u
 	}
 	return res, idx, err
 }
+
+// Queues the runner is told to ensure are proposed once per leadership
+// term, as an ensure-only command (it must not resume a paused queue), and
+// retried while the proposal fails.
+func TestRunnerEnsuresQueuesOnLeadership(t *testing.T) {
+	st := &fakeState{}
+	failures := atomic.Int32{}
+	p := &fakeProposer{state: st, respond: func(_ context.Context, cmd fsm.Command, _ int) (any, error) {
+		if _, ok := cmd.(*fsm.OJSSetState); ok && failures.Add(1) == 1 {
+			return nil, errors.New("not committed")
+		}
+		return &fsm.OJSResult{}, nil
+	}}
+	r, _ := newRunner(t, maintenance.Config{RetentionInterval: time.Hour, LeaseInterval: time.Hour,
+		EnsureQueues: []string{"default"}}, p, st)
+	ensures := func() []*fsm.OJSSetState {
+		var out []*fsm.OJSSetState
+		for _, c := range p.snapshot() {
+			if s, ok := c.cmd.(*fsm.OJSSetState); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	time.Sleep(20 * time.Millisecond)
+	if n := len(ensures()); n != 0 {
+		t.Fatalf("a follower proposed %d ensure commands", n)
+	}
+	r.SetLeader(true)
+	waitFor(t, "the ensure command to commit after one failure", 5*time.Second, func() bool { return len(ensures()) == 2 })
+	for _, s := range ensures() {
+		if s.Name != "default" || !s.EnsureOnly || s.Pause {
+			t.Fatalf("ensure command %+v", s)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := len(ensures()); n != 2 {
+		t.Fatalf("%d ensure commands after one committed", n)
+	}
+}

@@ -110,6 +110,19 @@ func TestOJSQueueAdministration(t *testing.T) {
 	nodes := c.Nodes()
 	url := func(i int) string { return nodes[i%len(nodes)].URL() }
 
+	t.Run("default queue exists and is protected", func(t *testing.T) {
+		// The leader creates it right after the election.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if a := ojsDo(t, url(2), "GET", "/ojs/v1/queues/default", ""); a.Status == 200 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the queue default does not exist on a fresh cluster")
+			}
+		}
+		ojsDo(t, url(1), "DELETE", "/ojs/v1/queues/default", "").expectErr(t, 409, "queue_protected")
+	})
+
 	t.Run("wire", func(t *testing.T) {
 		a := ojsDo(t, url(1), "GET", "/ojs/v1/queues", "", "X-Request-Id", "abc-123").expect(t, 200)
 		if ct := a.Header.Get("Content-Type"); ct != "application/openjobspec+json" {
