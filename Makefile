@@ -8,7 +8,7 @@ GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 # Tests run with the race detector; CI machines have 2 cores.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: all build run test test-short bench bench-nats lint fmt cluster cluster-stop docker-image docker-cluster docker-cluster-stop clean
+.PHONY: all build run test test-short bench bench-nats lint fmt cluster cluster-stop docker-image docker-cluster docker-cluster-stop chaos-short chaos chaos-docker clean
 
 all: build
 
@@ -27,8 +27,11 @@ test: build
 test-short:
 	$(GO) test -short -count=1 ./...
 
-bench:
+# Go benchmarks of the hot paths (codec, ApplyBatch, the pop check, JSON),
+# then end-to-end push and pop+ack throughput of one node.
+bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./fsm/ ./segments/ ./httpapi/...
+	./scripts/bench-node.sh
 
 # Crown against NATS JetStream, three local nodes each, same workload; extra
 # workload flags in BENCH_FLAGS (e.g. BENCH_FLAGS="--count 100000"); see
@@ -87,6 +90,26 @@ docker-cluster: docker-image
 # (add `down -v` by hand to delete them, see docs/deployments.md).
 docker-cluster-stop:
 	$(COMPOSE_CMD) down
+
+# Chaos testing (docs/chaos.md, cmd/crown-chaos/DESIGN.md): a three-node
+# cluster in network namespaces (root needed), a recorded workload, faults,
+# a history checker; the report goes to $(CHAOS_REPORT)/. chaos-short is the
+# CI suite (six scenarios, under 5 minutes); chaos plays a random schedule
+# of DURATION from SEED (default: the clock; printed, and kept in the
+# report); chaos-docker breaks the Compose cluster instead (docker
+# network disconnect/connect, docker kill/start/pause).
+CHAOS_REPORT ?= chaos-report
+DURATION     ?= 30m
+SEED         ?=
+
+chaos-short: build
+	CHAOS_REPORT=$(CHAOS_REPORT) ./scripts/chaos/chaos.sh short
+
+chaos: build
+	CHAOS_REPORT=$(CHAOS_REPORT) ./scripts/chaos/chaos.sh random $(DURATION) $(SEED)
+
+chaos-docker: docker-image
+	CHAOS_REPORT=$(CHAOS_REPORT) DOCKER_IMAGE=$(DOCKER_IMAGE) ./scripts/chaos/chaos.sh docker
 
 clean:
 	rm -rf $(BIN)
