@@ -74,19 +74,6 @@ var FieldPaths = [...]string{
 	"dead_letter.max_count", "access.producers", "access.consumers",
 }
 
-// fieldSet reports which fields c sets, as bits.
-func fieldSet(c *QueueConfig) uint32 {
-	var b uint32
-	for i, set := range []bool{c.MaxDepth != nil, c.MaxSizeBytes != nil, c.VisibilityTimeout != nil,
-		c.MaxConcurrency != nil, c.CompletedTTL != nil, c.FailedTTL != nil, c.CancelledTTL != nil,
-		c.DLQEnabled != nil, c.DLQMaxAge != nil, c.DLQMaxCount != nil, c.Producers != nil, c.Consumers != nil} {
-		if set {
-			b |= 1 << i
-		}
-	}
-	return b
-}
-
 // unsetFields clears the fields named by bits.
 func unsetFields(c *QueueConfig, bits uint32) {
 	if bits&FieldMaxDepth != 0 {

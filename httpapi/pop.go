@@ -365,13 +365,3 @@ func (ws *waiters) notify(e *fsm.Events) {
 		}
 	}
 }
-
-func (ws *waiters) count() int {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	n := len(ws.discovery)
-	for _, set := range ws.byQueue {
-		n += len(set)
-	}
-	return n
-}

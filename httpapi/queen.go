@@ -158,8 +158,6 @@ func (s *Server) open(payload []byte, encrypted bool) (json.RawMessage, *apiErro
 
 // ---- acks ----
 
-func strPtr(s string) *string { return &s }
-
 func errPtr(s string) *string {
 	if s == "" {
 		return nil

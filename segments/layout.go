@@ -89,16 +89,3 @@ func key88(a, b uint64) []byte {
 	putU64(k[8:], b)
 	return k
 }
-
-// prefixEnd returns the smallest key greater than every key with the prefix,
-// or nil when there is none (all 0xff).
-func prefixEnd(p []byte) []byte {
-	end := append([]byte(nil), p...)
-	for i := len(end) - 1; i >= 0; i-- {
-		if end[i] < 0xff {
-			end[i]++
-			return end[:i+1]
-		}
-	}
-	return nil
-}

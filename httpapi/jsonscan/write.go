@@ -58,13 +58,6 @@ func AppendString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-// AppendKey appends "name": (name must need no escaping).
-func AppendKey(dst []byte, name string) []byte {
-	dst = append(dst, '"')
-	dst = append(dst, name...)
-	return append(dst, '"', ':')
-}
-
 // AppendInt appends a decimal integer.
 func AppendInt(dst []byte, v int64) []byte { return strconv.AppendInt(dst, v, 10) }
 

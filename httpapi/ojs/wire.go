@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
-	"strconv"
 	"time"
 )
 
@@ -171,5 +170,3 @@ func parseUUID(s string) ([16]byte, bool) {
 	copy(out[:], b)
 	return out, true
 }
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -23,14 +23,3 @@ func (n *Node) CurrentLog() (string, error) {
 	}
 	return s, nil
 }
-
-// Starts is the number of times the node's process has been started.
-func (n *Node) Starts() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.starts
-}
-
-// Running returns the nodes whose process runs and is not paused, in start
-// order (the nodes WaitLeader and WaitConverged look at).
-func (c *Cluster) Running() []*Node { return c.running() }
