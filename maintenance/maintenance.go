@@ -28,6 +28,13 @@ type State interface {
 	SweepTargets() ([]string, error)
 }
 
+// QueueState answers whether a queue exists (fsm.FSM). A State that
+// implements it lets a new leader skip ensuring queues that already exist,
+// so a restart or failover appends nothing to an idle cluster's log.
+type QueueState interface {
+	Queue(name string) (*fsm.QueueInfo, error)
+}
+
 // OJSState lists the queues the OJS sweep visits (fsm.FSM): draining ones
 // (to finish a deletion or a drain) and those with dead-letter caps. A
 // State that does not implement it gets no OJS sweep.
@@ -139,9 +146,16 @@ func (r *Runner) Close() {
 // ensureQueue makes sure a queue exists (crownd passes the OJS queue
 // "default", which OJS requires on every implementation), retrying until it
 // commits or this node stops leading. The command changes nothing when the
-// queue exists.
+// queue exists; checking first keeps an idle cluster's state (and applied
+// index) unchanged across restarts. A check that misses a committed but not
+// yet applied creation only costs one redundant command.
 func (r *Runner) ensureQueue(ctx context.Context, name string) {
 	defer r.wg.Done()
+	if qs, ok := r.state.(QueueState); ok {
+		if q, err := qs.Queue(name); err == nil && q != nil {
+			return
+		}
+	}
 	for ctx.Err() == nil {
 		if _, ok := r.propose(ctx, &fsm.OJSSetState{Name: name, EnsureOnly: true}); ok {
 			return

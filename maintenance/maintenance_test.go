@@ -638,3 +638,40 @@ func TestRunnerEnsuresQueuesOnLeadership(t *testing.T) {
 		t.Fatalf("%d ensure commands after one committed", n)
 	}
 }
+
+// existingQueues is a state that also answers which queues exist.
+type existingQueues struct {
+	fakeState
+	names map[string]bool
+}
+
+func (s *existingQueues) Queue(name string) (*fsm.QueueInfo, error) {
+	if s.names[name] {
+		return &fsm.QueueInfo{Name: name}, nil
+	}
+	return nil, nil
+}
+
+// A new leader whose state already holds the ensured queue proposes
+// nothing, so restarting an idle cluster leaves its state and applied index
+// as they were; a missing queue is still ensured.
+func TestRunnerSkipsEnsuringExistingQueues(t *testing.T) {
+	st := &existingQueues{names: map[string]bool{"default": true}}
+	p := &fakeProposer{state: &st.fakeState, respond: func(context.Context, fsm.Command, int) (any, error) {
+		return &fsm.OJSResult{}, nil
+	}}
+	r, _ := newRunner(t, maintenance.Config{RetentionInterval: time.Hour, LeaseInterval: time.Hour,
+		EnsureQueues: []string{"default", "other"}}, p, st)
+	r.SetLeader(true)
+	waitFor(t, "the missing queue to be ensured", 5*time.Second, func() bool { return len(p.snapshot()) > 0 })
+	r.Close()
+	var names []string
+	for _, c := range p.snapshot() {
+		if s, ok := c.cmd.(*fsm.OJSSetState); ok {
+			names = append(names, s.Name)
+		}
+	}
+	if fmt.Sprint(names) != "[other]" {
+		t.Fatalf("ensured %v, want only [other]", names)
+	}
+}
