@@ -646,15 +646,7 @@ func (r *runner) checkpoint(ctx context.Context, label string) bool {
 	}
 	cancel()
 	defer r.wl.Resume()
-	var st []history.NodeState
-	deadline := time.Now().Add(r.o.convergeWait)
-	for {
-		st = r.states(ctx, nil)
-		if converged(st) || time.Now().After(deadline) || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	st := r.awaitConvergence(ctx, r.o.convergeWait)
 	ok := converged(st)
 	r.hist.Write(&history.Op{Kind: history.KindCheckpoint, Start: start, End: r.hist.Now(), Label: label,
 		Scenario: r.scenario, States: st, Passed: &ok})
@@ -671,19 +663,24 @@ func (r *runner) checkpoint(ctx context.Context, label string) bool {
 	return ok
 }
 
+// awaitConvergence reads every node's state until all agree or wait
+// passes, and returns the last reading.
+func (r *runner) awaitConvergence(ctx context.Context, wait time.Duration) []history.NodeState {
+	deadline := time.Now().Add(wait)
+	for {
+		st := r.states(ctx, nil)
+		if converged(st) || time.Now().After(deadline) || ctx.Err() != nil {
+			return st
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // final records the state after the drain: digests, once equal, and the
 // stored messages per partition on every node.
 func (r *runner) final(ctx context.Context, queues, parts []string) {
 	start := r.hist.Now()
-	var st []history.NodeState
-	deadline := time.Now().Add(2 * r.o.convergeWait)
-	for {
-		st = r.states(ctx, nil)
-		if converged(st) || time.Now().After(deadline) || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	st := r.awaitConvergence(ctx, 2*r.o.convergeWait)
 	ok := converged(st)
 	if ok {
 		withTotals := r.states(ctx, queues)

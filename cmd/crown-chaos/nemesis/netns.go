@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/crownmq/crown/cmd/internal/childproc"
+
 	"github.com/crownmq/crown/cmd/crown-chaos/scenario"
 	"github.com/crownmq/crown/cmd/crown-chaos/workload"
 )
@@ -454,7 +456,7 @@ func (n *Netns) netemOne(id string, p scenario.NetemParams) error {
 		return err
 	}
 	cmd.Stderr = os.Stderr
-	if err := startChild(cmd); err != nil {
+	if err := childproc.Start(cmd); err != nil {
 		return fmt.Errorf("start nfq-delay in %s: %w", ns, err)
 	}
 	ready := make(chan error, 1)

@@ -6,44 +6,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/crownmq/crown/cmd/internal/childproc"
 )
-
-// Children get a parent-death signal, so a crown-chaos that dies leaves no
-// crownd behind. Linux sends it when the thread that forked the child exits,
-// so every child is forked from one goroutine locked to its OS thread.
-var spawner struct {
-	once sync.Once
-	reqs chan spawnReq
-}
-
-type spawnReq struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
-func startChild(cmd *exec.Cmd) error {
-	spawner.once.Do(func() {
-		spawner.reqs = make(chan spawnReq)
-		go func() {
-			runtime.LockOSThread() // never unlocked: the thread lives as long as the process
-			for r := range spawner.reqs {
-				r.done <- r.cmd.Start()
-			}
-		}()
-	})
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	r := spawnReq{cmd: cmd, done: make(chan error, 1)}
-	spawner.reqs <- r
-	return <-r.done
-}
 
 // proc is one node's process and its successors after restarts.
 type proc struct {
@@ -81,7 +50,7 @@ func (p *proc) start() error {
 	cmd := exec.Command(p.argv[0], p.argv[1:]...)
 	cmd.Env = p.env
 	cmd.Stdout, cmd.Stderr = lf, lf
-	if err := startChild(cmd); err != nil {
+	if err := childproc.Start(cmd); err != nil {
 		lf.Close()
 		return fmt.Errorf("%s: start: %w", p.id, err)
 	}
@@ -180,12 +149,8 @@ func (p *proc) pause() error {
 	p.mu.Lock()
 	pid := p.cmd.Process.Pid
 	p.mu.Unlock()
-	deadline := time.Now().Add(5 * time.Second)
-	for !allStopped(pid) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not stopped 5s after SIGSTOP", p.id)
-		}
-		time.Sleep(2 * time.Millisecond)
+	if !childproc.WaitStopped(pid, 5*time.Second) {
+		return fmt.Errorf("%s not stopped 5s after SIGSTOP", p.id)
 	}
 	p.setState(Paused)
 	return nil
@@ -217,28 +182,4 @@ func (p *proc) unexpectedExits() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]string(nil), p.unexpected...)
-}
-
-// allStopped reports whether every thread of pid is stopped (SIGSTOP is
-// delivered asynchronously).
-func allStopped(pid int) bool {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return false
-	}
-	for _, task := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 || i+2 >= len(s) {
-			return false
-		}
-		if st := s[i+2]; st != 'T' && st != 't' {
-			return false
-		}
-	}
-	return true
 }

@@ -68,6 +68,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/crownmq/crown/cmd/internal/childproc"
 )
 
 // Default timeouts used by Start, Restart and Leader.
@@ -620,7 +622,7 @@ func (n *Node) start() error {
 	cmd.Env = n.env
 	cmd.Dir = n.dir
 	cmd.Stdout, cmd.Stderr = lf, lf
-	if err := startProcess(cmd); err != nil {
+	if err := childproc.Start(cmd); err != nil {
 		lf.Close()
 		return fmt.Errorf("%s: start %s: %w", n.id, n.bin, err)
 	}
@@ -809,7 +811,7 @@ func (n *Node) Pause() {
 	n.paused = true
 	pid := n.cmd.Process.Pid
 	n.mu.Unlock()
-	if !waitStopped(pid, 5*time.Second) {
+	if !childproc.WaitStopped(pid, 5*time.Second) {
 		n.t.Fatalf("testcluster: %s not stopped 5s after SIGSTOP", n.id)
 	}
 }

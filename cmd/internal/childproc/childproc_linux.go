@@ -1,4 +1,7 @@
-package testcluster
+// Package childproc starts the crownd processes of test harnesses (the
+// testcluster package, crown-chaos) so that they die with their parent, and
+// observes when a SIGSTOP has really taken effect.
+package childproc
 
 import (
 	"fmt"
@@ -11,11 +14,12 @@ import (
 	"time"
 )
 
-// Children get a parent-death signal, so a test binary that dies (a
+// Children get a parent-death signal, so a harness that dies (a test
 // -timeout panic, a crash) leaves no orphan crownd behind. Linux sends that
 // signal when the *thread* that forked the child exits, not the process, so
 // every child is forked from one goroutine locked to its OS thread for the
-// life of the test binary: that thread never exits before the process does.
+// life of the process: that thread never exits before the process does. It
+// is process-wide by nature, hence the one package-level spawner.
 var spawner struct {
 	once sync.Once
 	reqs chan spawnReq
@@ -26,7 +30,9 @@ type spawnReq struct {
 	done chan error
 }
 
-func startProcess(cmd *exec.Cmd) error {
+// Start starts cmd with SIGKILL as its parent-death signal, keeping any
+// other SysProcAttr the caller set.
+func Start(cmd *exec.Cmd) error {
 	spawner.once.Do(func() {
 		spawner.reqs = make(chan spawnReq)
 		go func() {
@@ -36,26 +42,27 @@ func startProcess(cmd *exec.Cmd) error {
 			}
 		}()
 	})
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	r := spawnReq{cmd: cmd, done: make(chan error, 1)}
 	spawner.reqs <- r
 	return <-r.done
 }
 
-// waitStopped waits until every thread of pid is stopped (SIGSTOP is
-// delivered asynchronously; a thread on another CPU may still answer a
-// request for a moment).
-func waitStopped(pid int, timeout time.Duration) bool {
+// WaitStopped waits until every thread of pid is stopped, or timeout
+// passes (false). SIGSTOP is delivered asynchronously: a thread on another
+// CPU may still answer a request for a moment after kill(2) returns.
+func WaitStopped(pid int, timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
-	for {
-		if allStopped(pid) {
-			return true
-		}
+	for !allStopped(pid) {
 		if time.Now().After(deadline) {
 			return false
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+	return true
 }
 
 func allStopped(pid int) bool {
