@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/crownmq/crown/fsm"
@@ -219,8 +221,10 @@ func (f *forwarder) do(ctx context.Context, r *http.Request, body []byte, leader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
+	ctx, cancel := context.WithCancel(ctx)
 	req, err := http.NewRequestWithContext(ctx, r.Method, strings.TrimRight(leader, "/")+uri, rd)
 	if err != nil {
+		cancel()
 		return nil, &apiError{Status: 500, Code: codeInternal, Message: "build forwarded request: " + err.Error()}
 	}
 	for _, h := range []string{"Content-Type", "Accept", "Authorization", "X-OJS-Client-Id", "X-Request-Id", "OJS-Version"} {
@@ -229,7 +233,7 @@ func (f *forwarder) do(ctx context.Context, r *http.Request, body []byte, leader
 		}
 	}
 	req.Header.Set(headerHops, strconv.Itoa(hops+1))
-	resp, err := f.client.Do(req)
+	resp, err := f.send(req, cancel)
 	if err != nil {
 		if isDialError(err) {
 			return nil, &apiError{Status: http.StatusServiceUnavailable, Code: codeNoLeader, notSent: true,
@@ -239,6 +243,53 @@ func (f *forwarder) do(ctx context.Context, r *http.Request, body []byte, leader
 			Message: "Forwarding to the leader failed; the request may have been applied. Retry: pushes with the same transactionId are deduplicated: " + err.Error()}
 	}
 	return resp, nil
+}
+
+// send performs a forwarded request, abandoning it when this node's view of
+// the leader changes before the answer has been read: a leader that was
+// paused (SIGSTOP, a VM stall) or cut off keeps the connection open and
+// answers nothing, and the client should hear "unknown outcome, retry"
+// once a new leader is known rather than wait for its own timeout. cancel
+// cancels req's context; it runs when the answer's body is closed.
+//
+// The watch starts here, after the leader was resolved: a change in the
+// microseconds between the two is not seen, and such a request waits for
+// the old leader as it did before this watch existed.
+func (f *forwarder) send(req *http.Request, cancel context.CancelFunc) (*http.Response, error) {
+	changed := f.s.cluster.LeaderChanged()
+	stop := make(chan struct{})
+	var abandoned atomic.Bool
+	go func() {
+		select {
+		case <-changed:
+			abandoned.Store(true)
+			cancel()
+		case <-stop:
+		}
+	}()
+	finish := sync.OnceFunc(func() { close(stop); cancel() })
+	resp, err := f.client.Do(req)
+	if err != nil {
+		finish()
+		if abandoned.Load() {
+			err = fmt.Errorf("the leader changed while the request waited for its answer: %w", err)
+		}
+		return nil, err
+	}
+	resp.Body = &finishingBody{ReadCloser: resp.Body, finish: finish}
+	return resp, nil
+}
+
+// finishingBody ends a forwarded request's leader watch when it is closed.
+type finishingBody struct {
+	io.ReadCloser
+	finish func()
+}
+
+func (b *finishingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.finish()
+	return err
 }
 
 // isDialError reports a failure to open the connection: the request was

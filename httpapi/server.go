@@ -30,6 +30,7 @@ type Cluster interface {
 	IsLeader() bool
 	Leader() (id, addr string)
 	WaitLeader(ctx context.Context) (id, addr string, err error)
+	LeaderChanged() <-chan struct{}
 	Status() raftnode.Status
 	ReadIndex() (uint64, error)
 	WaitApplied(ctx context.Context, index uint64) error

@@ -102,9 +102,13 @@ type Node struct {
 	proposer  *Proposer
 
 	notifyCh chan bool
-	mu       sync.Mutex
+	obsCh    chan raft.Observation
+	mu       sync.Mutex // guards watchers and leaderChanged
 	watchers []func(isLeader bool)
-	stopped  chan struct{}
+	// leaderChanged is closed, and replaced, whenever this node's view of
+	// the leader changes (see LeaderChanged).
+	leaderChanged chan struct{}
+	stopped       chan struct{}
 }
 
 // New opens the stores, restores the state machine from the newest snapshot
@@ -153,7 +157,8 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	cleanup = append(cleanup, func() { trans.Close() })
 
 	n := &Node{cfg: cfg, log: log, fsm: f, transport: trans, logStore: store,
-		notifyCh: make(chan bool, 16), stopped: make(chan struct{})}
+		notifyCh: make(chan bool, 16), obsCh: make(chan raft.Observation, 64),
+		leaderChanged: make(chan struct{}), stopped: make(chan struct{})}
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
@@ -197,6 +202,13 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	}
 	n.raft = r
 	n.proposer = newProposer(cfg.Proposer, r, cfg.NodeID, cfg.Logger)
+	// A non-blocking observer never stalls Raft; an observation dropped on
+	// a full channel is harmless, since those queued ahead of it close the
+	// current channel anyway.
+	r.RegisterObserver(raft.NewObserver(n.obsCh, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	}))
 	go n.watchLeadership()
 	return n, nil
 }
@@ -234,6 +246,11 @@ func (n *Node) watchLeadership() {
 			for _, w := range ws {
 				w(isLeader)
 			}
+		case <-n.obsCh:
+			n.mu.Lock()
+			close(n.leaderChanged)
+			n.leaderChanged = make(chan struct{})
+			n.mu.Unlock()
 		case <-n.stopped:
 			return
 		}
@@ -246,6 +263,17 @@ func (n *Node) OnLeadership(fn func(isLeader bool)) {
 	n.mu.Lock()
 	n.watchers = append(n.watchers, fn)
 	n.mu.Unlock()
+}
+
+// LeaderChanged returns a channel that is closed the next time this node's
+// view of the leader changes (a leader lost, or a new one learned). A
+// follower uses it to give up on a request forwarded to a leader that has
+// meanwhile been replaced: a paused or partitioned old leader would
+// otherwise hold the request until the client times out.
+func (n *Node) LeaderChanged() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.leaderChanged
 }
 
 // ErrNotLeader means the command was not proposed: send it to the leader.

@@ -1562,3 +1562,79 @@ func clusterGetText(ctx context.Context, url string, body *string) error {
 	*body = string(b)
 	return nil
 }
+
+// A write forwarded by a follower to a leader that then freezes (SIGSTOP: its
+// sockets stay open and it answers nothing) is answered once the follower
+// learns of the change of leader, with a retryable 503 saying the outcome is
+// unknown; it used to hang until the old leader resumed or the client gave
+// up. A retry with the same transactionId commits through the new leader,
+// and the message is stored once.
+func TestClusterPausedLeaderDoesNotHoldForwardedWrites(t *testing.T) {
+	c := tc.Start(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	leader := c.Leader()
+	follower := clusterFollowers(c, leader)[0]
+	cl := follower.Client()
+	if _, err := cl.Push(ctx, []tc.PushItem{{Queue: "frozen", Payload: 0, TransactionID: "warm-up"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	leader.Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			leader.Resume()
+		}
+	}()
+	item := []tc.PushItem{{Queue: "frozen", Payload: 1, TransactionID: "while-frozen"}}
+	type answer struct {
+		res []tc.PushResult
+		err error
+	}
+	got := make(chan answer, 1)
+	start := time.Now()
+	go func() {
+		res, err := cl.Push(ctx, item)
+		got <- answer{res, err}
+	}()
+	var first answer
+	select {
+	case first = <-got:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("a push forwarded to the frozen leader %s was not answered in 30s while another leader could be elected",
+			leader.ID())
+	}
+	t.Logf("push through %s answered %v after the leader froze: %v %+v", follower.ID(),
+		time.Since(start).Round(time.Millisecond), first.err, first.res)
+	if first.err != nil {
+		var he *tc.HTTPError
+		if !errors.As(first.err, &he) || he.Status != 503 || (he.Code != "forwarding_failed" && he.Code != "no_leader") {
+			t.Fatalf("push while the leader is frozen: %v (want 503 forwarding_failed or no_leader)", first.err)
+		}
+	}
+	// The retry commits through the new leader, still with the old one frozen.
+	res, err := cl.Retrying(20*time.Second).Push(ctx, item)
+	if err != nil {
+		t.Fatalf("retry with the same transactionId: %v", err)
+	}
+	if st := res[0].Status; st != "queued" && st != "duplicate" {
+		t.Fatalf("retry: %+v", res)
+	}
+	leader.Resume()
+	resumed = true
+	if _, err := c.WaitConverged(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	again, err := leader.Client().Retrying(20*time.Second).Push(ctx, item)
+	if err != nil || again[0].Status != "duplicate" {
+		t.Fatalf("third push of while-frozen through the old leader: %v %+v (want duplicate)", err, again)
+	}
+	msgs, err := cl.Pop(ctx, "frozen", tc.PopParams{Batch: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 2 {
+		t.Fatalf("queue holds %d messages, want 2 (warm-up and while-frozen once)", len(msgs))
+	}
+}
