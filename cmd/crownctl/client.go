@@ -30,6 +30,7 @@ type Client struct {
 type APIError struct {
 	Status  int
 	Code    string
+	Type    string // the OJS error's type, a finer code (queue_protected)
 	Field   string
 	Message string
 	URL     string // the node that answered
@@ -44,6 +45,9 @@ func (e *APIError) Error() string {
 	var details []string
 	if e.Code != "" {
 		details = append(details, e.Code)
+	}
+	if e.Type != "" && e.Type != e.Code {
+		details = append(details, e.Type)
 	}
 	if e.Field != "" {
 		details = append(details, "field "+e.Field)
@@ -152,20 +156,39 @@ func isDialError(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
+// decodeError reads either error format Crown answers with: the Queen
+// API's {"error": "...", "code": ..., "field": ...} and the OJS API's
+// {"error": {"code": ..., "message": ..., "details": {"field": ...}}}.
 func decodeError(status int, u string, body []byte) error {
 	var e struct {
-		Error string `json:"error"`
-		Code  string `json:"code"`
-		Field string `json:"field"`
+		Error json.RawMessage `json:"error"`
+		Code  string          `json:"code"`
+		Field string          `json:"field"`
 	}
-	if err := json.Unmarshal(body, &e); err != nil || (e.Error == "" && e.Code == "") {
-		msg := strings.TrimSpace(string(body))
-		if len(msg) > 200 {
-			msg = msg[:200] + "..."
+	if json.Unmarshal(body, &e) == nil {
+		var queen string
+		var ojs struct {
+			Code    string `json:"code"`
+			Type    string `json:"type"`
+			Message string `json:"message"`
+			Details struct {
+				Field string `json:"field"`
+			} `json:"details"`
 		}
-		return &APIError{Status: status, Message: msg, URL: u}
+		switch {
+		case json.Unmarshal(e.Error, &queen) == nil && (queen != "" || e.Code != ""):
+			return &APIError{Status: status, Code: e.Code, Field: e.Field, Message: queen, URL: u}
+		case json.Unmarshal(e.Error, &ojs) == nil && (ojs.Code != "" || ojs.Message != ""):
+			return &APIError{Status: status, Code: ojs.Code, Type: ojs.Type, Field: ojs.Details.Field, Message: ojs.Message, URL: u}
+		case len(e.Error) == 0 && e.Code != "":
+			return &APIError{Status: status, Code: e.Code, Field: e.Field, URL: u}
+		}
 	}
-	return &APIError{Status: status, Code: e.Code, Field: e.Field, Message: e.Error, URL: u}
+	msg := strings.TrimSpace(string(body))
+	if len(msg) > 200 {
+		msg = msg[:200] + "..."
+	}
+	return &APIError{Status: status, Message: msg, URL: u}
 }
 
 // Get decodes the answer to a GET into out and also returns it raw.

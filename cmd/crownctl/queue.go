@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -166,7 +167,7 @@ func renderQueue(w io.Writer, raw json.RawMessage) error {
 		for k := range q.Config[sec] {
 			keys = append(keys, k)
 		}
-		sortStrings(keys)
+		slices.Sort(keys)
 		for _, k := range keys {
 			ov := "-"
 			if v, ok := q.Overrides[sec][k]; ok {
@@ -180,14 +181,6 @@ func renderQueue(w io.Writer, raw json.RawMessage) error {
 		}
 	}
 	return tw.Flush()
-}
-
-func sortStrings(s []string) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
 }
 
 func showQueue(e *env, raw json.RawMessage) error {
