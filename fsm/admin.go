@@ -52,6 +52,9 @@ func applyDeleteQueue(a *applier, c *DeleteQueue) any {
 	if q == nil {
 		return &DeleteQueueResult{Existed: false}
 	}
+	if q.Name == "default" { // OJS: the queue default always exists (one queue, two views)
+		return &DeleteQueueResult{Existed: true, Refused: &Refusal{Code: RefuseProtected, Queue: q.Name}}
+	}
 	must(a.tx.DeleteQueue(q))
 	a.events.touch(q.Name)
 	return &DeleteQueueResult{Existed: true}

@@ -1016,6 +1016,8 @@ func RefusalText(r *Refusal) string {
 		return fmt.Sprintf("queue %s is being deleted and accepts no new messages", r.Queue)
 	case RefuseDenied:
 		return fmt.Sprintf("principal is not in access.producers of queue %s", r.Queue)
+	case RefuseProtected:
+		return fmt.Sprintf("queue %s cannot be deleted", r.Queue)
 	}
 	return "refused"
 }

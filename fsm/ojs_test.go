@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -391,6 +392,18 @@ func TestOJSDeleteStrategies(t *testing.T) {
 	}
 	m.ojsOK(&OJSSetState{Name: "default", Pause: false})
 	m.ojsErr(&OJSDeleteQueue{Name: "default", Strategy: segments.DeletePurge}, 409, "queue_protected")
+	// The Queen delete is refused the same way, and changes nothing.
+	before, err := m.f.Queue("default")
+	if err != nil || before == nil {
+		t.Fatalf("default: %v %v", before, err)
+	}
+	if r := m.apply(&DeleteQueue{Queue: "default"})[0].(*DeleteQueueResult); r.Refused == nil ||
+		r.Refused.Code != RefuseProtected {
+		t.Fatalf("Queen delete of default: %+v", r)
+	}
+	if after, err := m.f.Queue("default"); err != nil || !reflect.DeepEqual(after, before) {
+		t.Fatalf("a refused delete changed the queue: %+v, was %+v (%v)", after, before, err)
+	}
 }
 
 func TestOJSPurgeKeepsLeased(t *testing.T) {

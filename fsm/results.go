@@ -135,6 +135,9 @@ type TransactionResult struct {
 // DeleteQueueResult answers a DeleteQueue.
 type DeleteQueueResult struct {
 	Existed bool
+	// Refused is set when the queue may not be deleted (the OJS queue
+	// "default", which always exists); nothing changed.
+	Refused *Refusal
 }
 
 // Ack reports applied.
@@ -153,6 +156,9 @@ const (
 	RefuseDraining uint8 = 2 // graceful drain: 409 queue_draining
 	RefuseDeleting uint8 = 3 // deletion in progress: 409 queue_deleting
 	RefuseDenied   uint8 = 4 // not in access.producers: 403
+	// RefuseProtected answers a Queen delete of the queue "default": 409
+	// queue_protected, as its OJS delete.
+	RefuseProtected uint8 = 5
 )
 
 // Refusal says why a push stored nothing.

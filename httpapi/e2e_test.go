@@ -463,6 +463,17 @@ func TestHTTPDeleteQueue(t *testing.T) {
 	if s.queueExists("doomed") || s.pop("/api/v1/pop/queue/doomed") != nil {
 		t.Errorf("deleted queue still there")
 	}
+	// The OJS queue "default" always exists: its Queen delete is refused
+	// like its OJS delete, with the OJS error body, and keeps its messages.
+	s.push(obj{"queue": "default", "payload": 1})
+	r := s.do(http.MethodDelete, "/api/v1/resources/queues/default", nil)
+	e := asObj(t, asObj(t, r.Body)["error"])
+	if r.Status != http.StatusConflict || e["code"] != "conflict" || e["type"] != "queue_protected" {
+		t.Fatalf("delete default: %d %s", r.Status, r.Raw)
+	}
+	if s.pop("/api/v1/pop/queue/default") == nil {
+		t.Errorf("default lost its message to a refused delete")
+	}
 }
 
 // ---- pop ----

@@ -56,6 +56,8 @@ func refusalError(ref *fsm.Refusal) *ojs.Error {
 	case fsm.RefuseDeleting:
 		e.Status, e.Code, e.Type = http.StatusConflict, "conflict", "queue_deleting"
 		e.Details["current_state"] = "draining"
+	case fsm.RefuseProtected:
+		e.Status, e.Code, e.Type = http.StatusConflict, "conflict", "queue_protected"
 	default:
 		e.Status, e.Code, e.Type = http.StatusForbidden, "permission_denied", "permission_denied"
 	}

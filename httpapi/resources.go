@@ -96,7 +96,12 @@ func (s *Server) handleDeleteQueue(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"deleted": true, "queue": name, "existed": res.(*fsm.DeleteQueueResult).Existed})
+	dr := res.(*fsm.DeleteQueueResult)
+	if dr.Refused != nil {
+		writeRefusal(w, r, dr.Refused)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"deleted": true, "queue": name, "existed": dr.Existed})
 }
 
 // GET /api/v1/dlq
