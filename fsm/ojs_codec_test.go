@@ -31,5 +31,7 @@ func ojsSampleCommands(opts segments.Options, push PushItem) map[Type]Command {
 		TypeOJSPutPolicy:    &OJSPutPolicy{Name: "p1", Mode: PolicyPatch, Match: "batch.*", HasMatch: true, Priority: -3, HasPriority: true, Set: ojsSampleConfig(), Unset: FieldConsumers},
 		TypeOJSDeletePolicy: &OJSDeletePolicy{Name: "p1"},
 		TypeOJSSweep:        &OJSSweep{Queue: "payments", MaxDLQ: 100},
+		TypeTransactionAs: &TransactionAs{Principal: "svc-a", Transaction: Transaction{Ops: []TxOp{
+			{Kind: OpPush, Items: []PushItem{push}}, {Kind: OpAck, Ack: AckItem{TxID: "t"}, Group: "g"}}}},
 	}
 }

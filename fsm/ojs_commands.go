@@ -42,6 +42,14 @@ type LeaseAs struct {
 	Principal string
 }
 
+// TransactionAs is a transaction by a principal: its pushes are checked
+// against the queues' access.producers lists, as PushAs.
+type TransactionAs struct {
+	_msgpack    struct{} `msgpack:",as_array"`
+	Transaction Transaction
+	Principal   string
+}
+
 // Policy binding modes.
 const (
 	BindAuto  uint8 = 0 // by pattern (create), or unchanged (update)
@@ -164,6 +172,7 @@ const (
 	TypeOJSPutPolicy    Type = 20
 	TypeOJSDeletePolicy Type = 21
 	TypeOJSSweep        Type = 22
+	TypeTransactionAs   Type = 23
 )
 
 func (*ConfigureSet) Type() Type    { return TypeConfigureSet }
@@ -177,6 +186,7 @@ func (*OJSPurgeQueue) Type() Type   { return TypeOJSPurgeQueue }
 func (*OJSPutPolicy) Type() Type    { return TypeOJSPutPolicy }
 func (*OJSDeletePolicy) Type() Type { return TypeOJSDeletePolicy }
 func (*OJSSweep) Type() Type        { return TypeOJSSweep }
+func (*TransactionAs) Type() Type   { return TypeTransactionAs }
 
 // ---- validation ----
 
@@ -203,6 +213,14 @@ func (c *PushAs) Validate() error {
 		return &NameError{Field: "principal", Len: len(c.Principal)}
 	}
 	return checkItems(c.Items)
+}
+
+// Validate checks the command's limits.
+func (c *TransactionAs) Validate() error {
+	if len(c.Principal) > MaxNameBytes {
+		return &NameError{Field: "principal", Len: len(c.Principal)}
+	}
+	return c.Transaction.Validate()
 }
 
 // Validate checks the command's limits.

@@ -300,6 +300,21 @@ func TestOJSAccessLists(t *testing.T) {
 	if r := m.popAs("worker", wild("acl", 1)); r.Count() != 1 {
 		t.Fatal("worker pop denied")
 	}
+	// Transactions push as their principal: the anonymous one and svc-b are
+	// refused whole, svc-a commits.
+	txn := func(principal, tx string) *TransactionResult {
+		return m.apply(&TransactionAs{Principal: principal, Transaction: Transaction{Ops: []TxOp{
+			opPush(item("open", "", tx, `1`)), opPush(item("acl", "", tx, `1`))}}})[0].(*TransactionResult)
+	}
+	if r := m.txn(opPush(item("acl", "", "t0", `1`))); r.Success || r.Refused == nil || r.Refused.Code != RefuseDenied {
+		t.Fatalf("anonymous transaction %+v", r)
+	}
+	if r := txn("svc-b", "t1"); r.Success || r.Refused == nil || r.Refused.Code != RefuseDenied || m.queue("open") != nil {
+		t.Fatalf("svc-b transaction %+v (open queue %v)", r, m.queue("open"))
+	}
+	if r := txn("svc-a", "t2"); !r.Success || len(r.Results) != 2 {
+		t.Fatalf("svc-a transaction %+v", r)
+	}
 	// Empty list: nobody.
 	none := []string{}
 	m.ojsOK(&OJSUpdateQueue{Name: "acl", Set: QueueConfig{Producers: &none}})

@@ -40,6 +40,7 @@ var registry = [...]commandSpec{
 	TypeOJSPutPolicy:    spec("ojs_put_policy", applyOJSPutPolicy),
 	TypeOJSDeletePolicy: spec("ojs_delete_policy", applyOJSDeletePolicy),
 	TypeOJSSweep:        spec("ojs_sweep", applyOJSSweep),
+	TypeTransactionAs:   spec("transaction_as", applyTransactionAs),
 }
 
 func spec[C any, PC interface {

@@ -36,9 +36,17 @@ func applyExtend(a *applier, c *Extend) any {
 // applyTransaction runs pushes and acks in order, atomically: if any
 // operation fails, a savepoint rolls back every write of the transaction and
 // the result names the failure (queen-api.md 4.15).
-func applyTransaction(a *applier, c *Transaction) any {
+func applyTransaction(a *applier, c *Transaction) any { return a.atomicTransaction(c, "") }
+
+// applyTransactionAs is a transaction whose pushes are checked against the
+// queues' access.producers for the principal.
+func applyTransactionAs(a *applier, c *TransactionAs) any {
+	return a.atomicTransaction(&c.Transaction, c.Principal)
+}
+
+func (a *applier) atomicTransaction(c *Transaction, principal string) *TransactionResult {
 	sp := a.tx.Savepoint()
-	res := a.transaction(c)
+	res := a.transaction(c, principal)
 	if res.Success {
 		a.tx.Release(sp)
 		return res
@@ -50,14 +58,14 @@ func applyTransaction(a *applier, c *Transaction) any {
 	return res
 }
 
-func (a *applier) transaction(c *Transaction) *TransactionResult {
+func (a *applier) transaction(c *Transaction, principal string) *TransactionResult {
 	res := &TransactionResult{}
 	sessions := make(map[string]*ackSession)
 	var sessionOrder []*ackSession
 	for _, op := range c.Ops {
 		switch op.Kind {
 		case OpPush:
-			prs, ref := a.pushAs(op.Items, "")
+			prs, ref := a.pushAs(op.Items, principal)
 			if ref != nil {
 				res.Refused = ref
 				res.Error = RefusalText(ref)

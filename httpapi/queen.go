@@ -229,7 +229,11 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	res, ok := s.commit(w, r, body, c)
+	var cmd fsm.Command = c
+	if p := principalOf(r); p != "" {
+		cmd = &fsm.TransactionAs{Transaction: *c, Principal: p}
+	}
+	res, ok := s.commit(w, r, body, cmd)
 	if !ok {
 		return
 	}

@@ -397,6 +397,14 @@ func TestOJSQueueAdministration(t *testing.T) {
 		ojsDo(t, url(1), "GET", "/api/v1/pop/queue/acl?wait=false", "", "X-OJS-Client-Id", "svc-a").expect(t, 403)
 		ojsDo(t, url(2), "GET", "/api/v1/pop/queue/acl?wait=false", "").expect(t, 403)
 		ojsDo(t, url(0), "GET", "/api/v1/pop/queue/acl?wait=true&timeout=5000&autoAck=true", "", "X-OJS-Client-Id", "worker").expect(t, 200)
+		// A transaction's pushes are checked for its caller too, through any node.
+		txn := `{"operations":[{"type":"push","items":[{"queue":"acl","transactionId":"tx-acl","payload":1}]}]}`
+		if a := ojsDo(t, url(1), "POST", "/api/v1/transaction", txn, "X-OJS-Client-Id", "svc-b").expect(t, 200); a.path("success") != false {
+			t.Fatalf("svc-b transaction into acl: %s", a.Raw)
+		}
+		if a := ojsDo(t, url(2), "POST", "/api/v1/transaction", txn, "X-OJS-Client-Id", "svc-a").expect(t, 200); a.path("success") != true {
+			t.Fatalf("svc-a transaction into acl: %s", a.Raw)
+		}
 	})
 
 	t.Run("two views", func(t *testing.T) {
