@@ -123,6 +123,21 @@ func parse(fs *flag.FlagSet, args []string) int {
 	return -1
 }
 
+// readHistoryArg reads the history named by the one argument of cmd; rc is
+// the exit status to return when that fails, -1 otherwise.
+func readHistoryArg(fs *flag.FlagSet, cmd string, stderr io.Writer) (ops []history.Op, rc int) {
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return nil, exitUsage
+	}
+	ops, err := history.ReadFile(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintf(stderr, "crown-chaos %s: %v\n", cmd, err)
+		return nil, exitError
+	}
+	return ops, -1
+}
+
 func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("check", "[flags] HISTORY", "Checks a history written by `crown-chaos run` and prints the verdict.\n"+
 		"Exit status 1 when a guarantee was broken.", stderr)
@@ -131,14 +146,9 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return exitUsage
-	}
-	ops, err := history.ReadFile(fs.Arg(0))
-	if err != nil {
-		fmt.Fprintln(stderr, "crown-chaos check:", err)
-		return exitError
+	ops, rc := readHistoryArg(fs, "check", stderr)
+	if rc >= 0 {
+		return rc
 	}
 	res := checker.Check(ops, checker.Options{RequireFinal: *requireFinal})
 	if *jsonOut {
@@ -161,14 +171,9 @@ func cmdReport(args []string, stdout, stderr io.Writer) int {
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return exitUsage
-	}
-	ops, err := history.ReadFile(fs.Arg(0))
-	if err != nil {
-		fmt.Fprintln(stderr, "crown-chaos report:", err)
-		return exitError
+	ops, rc := readHistoryArg(fs, "report", stderr)
+	if rc >= 0 {
+		return rc
 	}
 	out := *dir
 	if out == "" {
