@@ -53,26 +53,38 @@ func benchApply(b *testing.B, m *machine, logs []*raft.Log, batchEntries int) {
 }
 
 // BenchmarkApplyPush: entries of 8 push commands (group commit) of 100
-// messages each, over 8 partitions, applied 4 entries per bbolt transaction.
+// messages each, applied 4 entries per bbolt transaction; over 8
+// partitions (every push command makes 8 segments of 12-13 messages), and
+// over 10,000 (every message lands in a partition of its own, so it is a
+// segment of its own: the many-partitions case of the README).
 func BenchmarkApplyPush(b *testing.B) {
-	m := newMachine(b)
-	b.ReportAllocs()
-	n := 0
-	for b.Loop() {
-		b.StopTimer()
-		var logs []*raft.Log
-		for e := 0; e < 4; e++ {
-			var cmds []Command
-			for c := 0; c < 8; c++ {
-				cmds = append(cmds, &Push{Items: benchItems("q", 8, 100, fmt.Sprintf("t%d-%d-%d-", n, e, c))})
+	for _, parts := range []int{8, 10000} {
+		b.Run(fmt.Sprintf("partitions=%d", parts), func(b *testing.B) {
+			m := newMachine(b)
+			b.ReportAllocs()
+			n, next := 0, 0
+			for b.Loop() {
+				b.StopTimer()
+				var logs []*raft.Log
+				for e := 0; e < 4; e++ {
+					var cmds []Command
+					for c := 0; c < 8; c++ {
+						items := benchItems("q", 1, 100, fmt.Sprintf("t%d-%d-%d-", n, e, c))
+						for i := range items {
+							items[i].Partition = "p" + strconv.Itoa(next%parts)
+							next++
+						}
+						cmds = append(cmds, &Push{Items: items})
+					}
+					logs = append(logs, m.entry(cmds...))
+				}
+				n++
+				b.StartTimer()
+				benchApply(b, m, logs, 4)
 			}
-			logs = append(logs, m.entry(cmds...))
-		}
-		n++
-		b.StartTimer()
-		benchApply(b, m, logs, 4)
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*3200), "ns/msg")
+		})
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*3200), "ns/msg")
 }
 
 // BenchmarkApplyPopAck: a pop of 100 and an ack/batch of those 100, each its
