@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -461,12 +462,13 @@ func (n *Netns) netemOne(id string, p scenario.NetemParams) error {
 	}
 	ready := make(chan error, 1)
 	go func() {
-		line, err := bufio.NewReader(out).ReadString('\n')
+		br := bufio.NewReader(out)
+		line, err := br.ReadString('\n')
 		if err == nil && strings.TrimSpace(line) != "ready" {
 			err = fmt.Errorf("nfq-delay said %q", line)
 		}
 		ready <- err
-		_, _ = bufio.NewReader(out).WriteTo(devNull{})
+		_, _ = io.Copy(io.Discard, br) // keep the pipe drained until the delayer exits
 	}()
 	select {
 	case err := <-ready:
@@ -488,10 +490,6 @@ func (n *Netns) netemOne(id string, p scenario.NetemParams) error {
 	_, err = run(context.Background(), rules, "ip", "netns", "exec", ns, "iptables-restore", "-w", "--noflush")
 	return err
 }
-
-type devNull struct{}
-
-func (devNull) Write(p []byte) (int, error) { return len(p), nil }
 
 func (n *Netns) stopDelayer(id string) {
 	i := index(id)
