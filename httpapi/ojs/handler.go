@@ -168,15 +168,21 @@ func (h *Handler) body(r *http.Request, merge bool) ([]byte, *Error) {
 	return b, nil
 }
 
-// object parses a required JSON object body.
+// objectBody reads a body that must be a JSON object. When required is
+// false an empty body is accepted and m is nil (reading a nil map finds
+// nothing). b is kept for forwarding to the leader.
+func (h *Handler) objectBody(r *http.Request, merge, required bool) (b []byte, m map[string]jsonRaw, e *Error) {
+	if b, e = h.body(r, merge); e != nil || (b == nil && !required) {
+		return b, nil, e
+	}
+	m, e = object(b)
+	return b, m, e
+}
+
 // configBody reads a request whose only members are a configuration
 // document (flat or under "config"), as PUT and PATCH of configuration take.
 func (h *Handler) configBody(r *http.Request, patch bool) ([]byte, fsm.QueueConfig, uint32, *Error) {
-	b, e := h.body(r, patch)
-	if e != nil {
-		return nil, fsm.QueueConfig{}, 0, e
-	}
-	m, e := object(b)
+	b, m, e := h.objectBody(r, patch, true)
 	if e != nil {
 		return nil, fsm.QueueConfig{}, 0, e
 	}
@@ -187,6 +193,7 @@ func (h *Handler) configBody(r *http.Request, patch bool) ([]byte, fsm.QueueConf
 	return b, cfg, unset, e
 }
 
+// object parses a required JSON object body.
 func object(b []byte) (map[string]jsonRaw, *Error) {
 	if b == nil {
 		return nil, newErr(http.StatusBadRequest, "invalid_payload", "", "a JSON object body is required")

@@ -206,12 +206,7 @@ func parsePolicy(m map[string]jsonRaw, patch bool, c *fsm.OJSPutPolicy) *Error {
 }
 
 func (h *Handler) createPolicy(w http.ResponseWriter, r *http.Request, _ []string) {
-	b, e := h.body(r, false)
-	if e != nil {
-		h.fail(w, e)
-		return
-	}
-	m, e := object(b)
+	b, m, e := h.objectBody(r, false, true)
 	if e != nil {
 		h.fail(w, e)
 		return
@@ -254,12 +249,7 @@ func (h *Handler) patchPolicy(w http.ResponseWriter, r *http.Request, a []string
 		h.fail(w, e)
 		return
 	}
-	b, e := h.body(r, true)
-	if e != nil {
-		h.fail(w, e)
-		return
-	}
-	m, e := object(b)
+	b, m, e := h.objectBody(r, true, true)
 	if e != nil {
 		h.fail(w, e)
 		return

@@ -161,12 +161,7 @@ func (h *Handler) listQueues(w http.ResponseWriter, r *http.Request, _ []string)
 // ---- create ----
 
 func (h *Handler) createQueue(w http.ResponseWriter, r *http.Request, _ []string) {
-	b, e := h.body(r, false)
-	if e != nil {
-		h.fail(w, e)
-		return
-	}
-	m, e := object(b)
+	b, m, e := h.objectBody(r, false, true)
 	if e != nil {
 		h.fail(w, e)
 		return
@@ -269,12 +264,7 @@ func (h *Handler) patchQueue(w http.ResponseWriter, r *http.Request, a []string)
 		h.fail(w, e)
 		return
 	}
-	b, e := h.body(r, true)
-	if e != nil {
-		h.fail(w, e)
-		return
-	}
-	m, e := object(b)
+	b, m, e := h.objectBody(r, true, true)
 	if e != nil {
 		h.fail(w, e)
 		return
@@ -375,18 +365,13 @@ func (h *Handler) setState(w http.ResponseWriter, r *http.Request, name string, 
 		h.fail(w, e)
 		return
 	}
-	b, e := h.body(r, false)
+	b, m, e := h.objectBody(r, false, false)
 	if e != nil {
 		h.fail(w, e)
 		return
 	}
 	c := &fsm.OJSSetState{Name: name, Pause: pause, Strict: h.cfg.Strict}
-	if b != nil {
-		m, e := object(b)
-		if e != nil {
-			h.fail(w, e)
-			return
-		}
+	if m != nil {
 		if e := checkMembersOnly(m, "reason"); e != nil {
 			h.fail(w, e)
 			return
@@ -433,17 +418,10 @@ func (h *Handler) purge(w http.ResponseWriter, r *http.Request, a []string) {
 		h.fail(w, e)
 		return
 	}
-	b, e := h.body(r, false)
+	b, m, e := h.objectBody(r, false, false)
 	if e != nil {
 		h.fail(w, e)
 		return
-	}
-	m := map[string]jsonRaw{}
-	if b != nil {
-		if m, e = object(b); e != nil {
-			h.fail(w, e)
-			return
-		}
 	}
 	if e := checkMembersOnly(m, "confirm", "states"); e != nil {
 		h.fail(w, e)
@@ -508,17 +486,12 @@ func (h *Handler) deleteQueue(w http.ResponseWriter, r *http.Request, a []string
 	}
 	q := r.URL.Query()
 	strategy, target := q.Get("strategy"), q.Get("target_queue")
-	b, e := h.body(r, false)
+	b, m, e := h.objectBody(r, false, false)
 	if e != nil {
 		h.fail(w, e)
 		return
 	}
-	if b != nil {
-		m, e := object(b)
-		if e != nil {
-			h.fail(w, e)
-			return
-		}
+	if m != nil {
 		if e := checkMembersOnly(m, "strategy", "target_queue"); e != nil {
 			h.fail(w, e)
 			return
