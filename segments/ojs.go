@@ -147,17 +147,7 @@ func (t *Tx) HasPolicies() bool {
 
 // ForEachPolicy walks the policies in name-byte order.
 func (t *Tx) ForEachPolicy(fn func(*Policy) (bool, error)) error {
-	c := t.buckets[bPolicies].Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		p := new(Policy)
-		if err := unmarshalMsgpack(v, p); err != nil {
-			return err
-		}
-		if more, err := fn(p); err != nil || !more {
-			return err
-		}
-	}
-	return nil
+	return forEachRecord(t, bPolicies, nil, nil, func(_ []byte, p *Policy) (bool, error) { return fn(p) })
 }
 
 // ---- queue events ----
@@ -189,17 +179,7 @@ func EventSeq(id [16]byte) uint64 {
 
 // ForEachQueueEvent walks events with a number above after, oldest first.
 func (t *Tx) ForEachQueueEvent(after uint64, fn func(*QueueEvent) (bool, error)) error {
-	c := t.buckets[bQEvents].Cursor()
-	for k, v := c.Seek(be64(after + 1)); k != nil; k, v = c.Next() {
-		e := new(QueueEvent)
-		if err := unmarshalMsgpack(v, e); err != nil {
-			return err
-		}
-		if more, err := fn(e); err != nil || !more {
-			return err
-		}
-	}
-	return nil
+	return forEachRecord(t, bQEvents, be64(after+1), nil, func(_ []byte, e *QueueEvent) (bool, error) { return fn(e) })
 }
 
 // ---- dead letters ----
@@ -218,17 +198,7 @@ func (t *Tx) DeadLetterCount(qid uint64) uint64 {
 // ForEachDeadLetterOldest walks a queue's dead letters oldest first.
 func (t *Tx) ForEachDeadLetterOldest(qid uint64, fn func(*DeadLetter) (bool, error)) error {
 	prefix := be64(qid)
-	c := t.buckets[bDLQ].Cursor()
-	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-		d := new(DeadLetter)
-		if err := unmarshalMsgpack(v, d); err != nil {
-			return err
-		}
-		if more, err := fn(d); err != nil || !more {
-			return err
-		}
-	}
-	return nil
+	return forEachRecord(t, bDLQ, prefix, prefix, func(_ []byte, d *DeadLetter) (bool, error) { return fn(d) })
 }
 
 // DeleteDeadLetter removes one dead letter.

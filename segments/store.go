@@ -385,13 +385,25 @@ func (t *Tx) PutQueue(q *Queue) error {
 
 // ForEachQueue calls fn for every queue in name order until fn returns false.
 func (t *Tx) ForEachQueue(fn func(*Queue) (bool, error)) error {
-	c := t.buckets[bQueues].Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		q := new(Queue)
-		if err := unmarshalMsgpack(v, q); err != nil {
+	return forEachRecord(t, bQueues, nil, nil, func(_ []byte, q *Queue) (bool, error) { return fn(q) })
+}
+
+// forEachRecord walks the msgpack records of bucket b in key order, from
+// seek (the first key when nil) while keys start with prefix, decoding each
+// into a new T, until fn returns false or an error. k is valid only during
+// the call.
+func forEachRecord[T any](t *Tx, b int, seek, prefix []byte, fn func(k []byte, r *T) (bool, error)) error {
+	c := t.buckets[b].Cursor()
+	k, v := c.First()
+	if seek != nil {
+		k, v = c.Seek(seek)
+	}
+	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		r := new(T)
+		if err := unmarshalMsgpack(v, r); err != nil {
 			return err
 		}
-		if more, err := fn(q); err != nil || !more {
+		if more, err := fn(k, r); err != nil || !more {
 			return err
 		}
 	}
@@ -893,17 +905,9 @@ func (t *Tx) PutSubscription(key []byte, s *Subscription) error {
 // ForEachSubscription walks every subscription record of a group.
 func (t *Tx) ForEachSubscription(group string, fn func(key []byte, s *Subscription) (bool, error)) error {
 	prefix := appendName(nil, group)
-	c := t.buckets[bSubs].Cursor()
-	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-		s := new(Subscription)
-		if err := unmarshalMsgpack(v, s); err != nil {
-			return err
-		}
-		if more, err := fn(bytes.Clone(k), s); err != nil || !more {
-			return err
-		}
-	}
-	return nil
+	return forEachRecord(t, bSubs, prefix, prefix, func(k []byte, s *Subscription) (bool, error) {
+		return fn(bytes.Clone(k), s)
+	})
 }
 
 // DeleteSubscription removes a subscription record.
