@@ -411,6 +411,30 @@ func (f *flow) fail(format string, args ...any) {
 	f.stopAll.Store(true)
 }
 
+// call sends one request through the node the round-robin counter picks,
+// moving to the next node and sending again while retry allows it. It
+// returns the node that answered and whether an earlier attempt was lost;
+// ok is false when the flow must stop (a failure is recorded by fail).
+func (f *flow) call(node *int, what string, req func(ctx context.Context, n *tc.Node) error) (n *tc.Node, retried, ok bool) {
+	for !f.stopAll.Load() {
+		n = f.pick(*node)
+		ctx, cancel := context.WithTimeout(f.ctx, flowReqTimeout)
+		err := req(ctx, n)
+		timedOut := ctx.Err() != nil && f.ctx.Err() == nil
+		cancel()
+		if err == nil {
+			return n, retried, true
+		}
+		if !f.retry(err, timedOut) {
+			f.fail("%s via %s: %v", what, n.ID(), err)
+			return n, retried, false
+		}
+		retried = true
+		*node++
+	}
+	return n, retried, false
+}
+
 func (f *flow) noteSuccess(slot *atomic.Int64, sent time.Time) {
 	if m := f.mark.Load(); m != 0 && sent.UnixNano() > m {
 		slot.CompareAndSwap(0, time.Now().UnixNano()-m)
@@ -431,29 +455,17 @@ func (f *flow) produce(j int) {
 			items = append(items, tc.PushItem{Queue: f.queue, Partition: seqPartition(p), Payload: seqPayload{P: p, S: s},
 				TransactionID: seqTx(f.queue, p, s)})
 		}
-		retried := false
-		for {
-			if f.stopAll.Load() {
-				return
-			}
-			n := f.pick(node)
-			sent := time.Now()
-			ctx, cancel := context.WithTimeout(f.ctx, flowReqTimeout)
-			res, err := n.Client().Push(ctx, items)
-			timedOut := ctx.Err() != nil && f.ctx.Err() == nil
-			cancel()
-			if err != nil {
-				if f.retry(err, timedOut) {
-					retried = true
-					node++
-					continue
-				}
-				f.fail("push via %s: %v", n.ID(), err)
-				return
-			}
-			f.recordPush(n, items, res, retried, sent)
-			break
+		var res []tc.PushResult
+		var sent time.Time
+		n, retried, ok := f.call(&node, "push", func(ctx context.Context, n *tc.Node) (err error) {
+			sent = time.Now()
+			res, err = n.Client().Push(ctx, items)
+			return err
+		})
+		if !ok {
+			return
 		}
+		f.recordPush(n, items, res, retried, sent)
 		node++ // round-robin: the next batch goes to the next node
 		time.Sleep(f.pace)
 	}
@@ -486,19 +498,15 @@ func (f *flow) consume(i int) {
 	defer f.wg.Done()
 	node := i
 	for !f.stopAll.Load() {
-		n := f.pick(node)
-		sent := time.Now()
-		ctx, cancel := context.WithTimeout(f.ctx, flowReqTimeout)
-		msgs, err := n.Client().Pop(ctx, f.queue, tc.PopParams{ConsumerGroup: f.group, Batch: flowPopBatch,
-			Wait: true, Timeout: 500 * time.Millisecond})
-		timedOut := ctx.Err() != nil && f.ctx.Err() == nil
-		cancel()
-		if err != nil {
-			if f.retry(err, timedOut) {
-				node++
-				continue
-			}
-			f.fail("pop via %s: %v", n.ID(), err)
+		var msgs []tc.Message
+		var sent time.Time
+		n, _, ok := f.call(&node, "pop", func(ctx context.Context, n *tc.Node) (err error) {
+			sent = time.Now()
+			msgs, err = n.Client().Pop(ctx, f.queue, tc.PopParams{ConsumerGroup: f.group, Batch: flowPopBatch,
+				Wait: true, Timeout: 500 * time.Millisecond})
+			return err
+		})
+		if !ok {
 			return
 		}
 		if len(msgs) == 0 {
@@ -509,25 +517,15 @@ func (f *flow) consume(i int) {
 		for k, m := range msgs {
 			acks[k] = tc.AckFor(m, "completed")
 		}
-		retried := false
-		for !f.stopAll.Load() {
-			n := f.pick(node)
-			ctx, cancel := context.WithTimeout(f.ctx, flowReqTimeout)
-			res, err := n.Client().AckBatch(ctx, f.group, acks)
-			timedOut := ctx.Err() != nil && f.ctx.Err() == nil
-			cancel()
-			if err != nil {
-				if f.retry(err, timedOut) {
-					retried = true
-					node++
-					continue
-				}
-				f.fail("ack via %s: %v", n.ID(), err)
-				return
-			}
-			f.recordAck(n, msgs, lease, res, retried)
-			break
+		var res []tc.AckResult
+		n, retried, ok := f.call(&node, "ack", func(ctx context.Context, n *tc.Node) (err error) {
+			res, err = n.Client().AckBatch(ctx, f.group, acks)
+			return err
+		})
+		if !ok {
+			return
 		}
+		f.recordAck(n, msgs, lease, res, retried)
 		node++ // round-robin: the next pop goes to the next node
 	}
 }
