@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -191,6 +192,20 @@ func (h *Handler) configBody(r *http.Request, patch bool) ([]byte, fsm.QueueConf
 	}
 	cfg, unset, e := configOf(m, patch)
 	return b, cfg, unset, e
+}
+
+// queryLimit reads the "limit" query parameter of a listing: def when
+// absent, else an integer from 1 to max.
+func queryLimit(q url.Values, def, max int) (int, *Error) {
+	s := q.Get("limit")
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > max {
+		return 0, badRequest("invalid_parameter", "limit", "limit must be an integer from 1 to %d", max)
+	}
+	return n, nil
 }
 
 // object parses a required JSON object body.

@@ -3,7 +3,6 @@ package ojs
 import (
 	"encoding/hex"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/crownmq/crown/fsm"
@@ -68,14 +67,10 @@ func (h *Handler) writeDefault(w http.ResponseWriter, r *http.Request, mode uint
 
 func (h *Handler) listPolicies(w http.ResponseWriter, r *http.Request, _ []string) {
 	q := r.URL.Query()
-	limit := 50
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 200 {
-			h.fail(w, badRequest("invalid_parameter", "limit", "limit must be an integer from 1 to 200"))
-			return
-		}
-		limit = n
+	limit, e := queryLimit(q, 50, 200)
+	if e != nil {
+		h.fail(w, e)
+		return
 	}
 	after := ""
 	if s := q.Get("cursor"); s != "" {
@@ -299,14 +294,10 @@ func EventID(e *fsm.QueueEvent) string { return "evt_" + FormatUUID(e.ID) }
 
 func (h *Handler) events(w http.ResponseWriter, r *http.Request, _ []string) {
 	q := r.URL.Query()
-	limit := 100
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 1000 {
-			h.fail(w, badRequest("invalid_parameter", "limit", "limit must be an integer from 1 to 1000"))
-			return
-		}
-		limit = n
+	limit, e := queryLimit(q, 100, 1000)
+	if e != nil {
+		h.fail(w, e)
+		return
 	}
 	var after uint64
 	if s := q.Get("after"); s != "" {

@@ -89,15 +89,12 @@ func (h *Handler) answerQueue(w http.ResponseWriter, status int, name string, ex
 
 func (h *Handler) listQueues(w http.ResponseWriter, r *http.Request, _ []string) {
 	q := r.URL.Query()
-	limit, offset := 50, 0
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 200 {
-			h.fail(w, badRequest("invalid_parameter", "limit", "limit must be an integer from 1 to 200"))
-			return
-		}
-		limit = n
+	limit, e := queryLimit(q, 50, 200)
+	if e != nil {
+		h.fail(w, e)
+		return
 	}
+	offset := 0
 	if s := q.Get("offset"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 0 {
