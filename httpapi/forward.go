@@ -256,18 +256,12 @@ func (f *forwarder) do(ctx context.Context, r *http.Request, body []byte, leader
 // microseconds between the two is not seen, and such a request waits for
 // the old leader as it did before this watch existed.
 func (f *forwarder) send(req *http.Request, cancel context.CancelFunc) (*http.Response, error) {
-	changed := f.s.cluster.LeaderChanged()
-	stop := make(chan struct{})
 	var abandoned atomic.Bool
-	go func() {
-		select {
-		case <-changed:
-			abandoned.Store(true)
-			cancel()
-		case <-stop:
-		}
-	}()
-	finish := sync.OnceFunc(func() { close(stop); cancel() })
+	stop := context.AfterFunc(f.s.cluster.LeaderView(), func() {
+		abandoned.Store(true)
+		cancel()
+	})
+	finish := sync.OnceFunc(func() { stop(); cancel() })
 	resp, err := f.client.Do(req)
 	if err != nil {
 		finish()

@@ -30,7 +30,7 @@ type Cluster interface {
 	IsLeader() bool
 	Leader() (id, addr string)
 	WaitLeader(ctx context.Context) (id, addr string, err error)
-	LeaderChanged() <-chan struct{}
+	LeaderView() context.Context
 	Status() raftnode.Status
 	ReadIndex() (uint64, error)
 	WaitApplied(ctx context.Context, index uint64) error

@@ -103,11 +103,12 @@ type Node struct {
 
 	notifyCh chan bool
 	obsCh    chan raft.Observation
-	mu       sync.Mutex // guards watchers and leaderChanged
+	mu       sync.Mutex // guards watchers, leaderView and endLeaderView
 	watchers []func(isLeader bool)
-	// leaderChanged is closed, and replaced, whenever this node's view of
-	// the leader changes (see LeaderChanged).
-	leaderChanged chan struct{}
+	// leaderView is cancelled, and replaced, whenever this node's view of
+	// the leader changes (see LeaderView).
+	leaderView    context.Context
+	endLeaderView context.CancelFunc
 	stopped       chan struct{}
 }
 
@@ -157,8 +158,8 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	cleanup = append(cleanup, func() { trans.Close() })
 
 	n := &Node{cfg: cfg, log: log, fsm: f, transport: trans, logStore: store,
-		notifyCh: make(chan bool, 16), obsCh: make(chan raft.Observation, 64),
-		leaderChanged: make(chan struct{}), stopped: make(chan struct{})}
+		notifyCh: make(chan bool, 16), obsCh: make(chan raft.Observation, 64), stopped: make(chan struct{})}
+	n.leaderView, n.endLeaderView = context.WithCancel(context.Background())
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
@@ -248,8 +249,8 @@ func (n *Node) watchLeadership() {
 			}
 		case <-n.obsCh:
 			n.mu.Lock()
-			close(n.leaderChanged)
-			n.leaderChanged = make(chan struct{})
+			n.endLeaderView()
+			n.leaderView, n.endLeaderView = context.WithCancel(context.Background())
 			n.mu.Unlock()
 		case <-n.stopped:
 			return
@@ -265,15 +266,16 @@ func (n *Node) OnLeadership(fn func(isLeader bool)) {
 	n.mu.Unlock()
 }
 
-// LeaderChanged returns a channel that is closed the next time this node's
+// LeaderView returns a context that is cancelled the next time this node's
 // view of the leader changes (a leader lost, or a new one learned). A
 // follower uses it to give up on a request forwarded to a leader that has
 // meanwhile been replaced: a paused or partitioned old leader would
-// otherwise hold the request until the client times out.
-func (n *Node) LeaderChanged() <-chan struct{} {
+// otherwise hold the request until the client times out. Being a context,
+// it lets callers attach work with context.AfterFunc, no goroutine each.
+func (n *Node) LeaderView() context.Context {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.leaderChanged
+	return n.leaderView
 }
 
 // ErrNotLeader means the command was not proposed: send it to the leader.
