@@ -52,7 +52,7 @@ func applyDeleteQueue(a *applier, c *DeleteQueue) any {
 	if q == nil {
 		return &DeleteQueueResult{Existed: false}
 	}
-	if q.Name == "default" { // OJS: the queue default always exists (one queue, two views)
+	if q.Name == DefaultQueue { // one queue, two views: neither API deletes it
 		return &DeleteQueueResult{Existed: true, Refused: &Refusal{Code: RefuseProtected, Queue: q.Name}}
 	}
 	must(a.tx.DeleteQueue(q))

@@ -607,7 +607,7 @@ func applyOJSDeleteQueue(a *applier, c *OJSDeleteQueue) any {
 	if q == nil {
 		return notFound(c.Name)
 	}
-	if c.Name == "default" {
+	if c.Name == DefaultQueue {
 		return conflict("queue_protected", q, "queue default cannot be deleted")
 	}
 	if deleting(q) {

@@ -25,6 +25,10 @@ type (
 // DefaultPolicyName is the storage name of the _default policy.
 const DefaultPolicyName = "_default"
 
+// DefaultQueue is the queue OJS requires on every implementation: every new
+// leader ensures it exists, and neither API deletes it.
+const DefaultQueue = "default"
+
 // OJS defaults and bounds (ojs-queues.md 2.1).
 const (
 	OJSLeaseSeconds       = 30

@@ -309,7 +309,7 @@ func run(c *config) error {
 	go api.KeepRegistered(ctx)
 	mcfg := c.Maintenance
 	mcfg.Logger, mcfg.Registry = log, reg
-	mcfg.EnsureQueues = []string{"default"} // OJS: the queue "default" always exists
+	mcfg.EnsureQueues = []string{fsm.DefaultQueue}
 	timers := maintenance.New(mcfg, node, state)
 	node.OnLeadership(timers.SetLeader)
 	if node.IsLeader() {
