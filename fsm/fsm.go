@@ -135,7 +135,7 @@ func (f *FSM) checkCrash() error {
 }
 
 func (f *FSM) discard() error {
-	if err := os.Remove(f.dbPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := segments.RemoveStore(f.dbPath()); err != nil {
 		return fmt.Errorf("discard state database: %w", err)
 	}
 	return nil
@@ -351,19 +351,15 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 
 func (s *snapshot) Release() { s.rs.Close() }
 
-// Restore replaces the whole state with a snapshot stream: it is written to
-// a side file, fsynced and verified, then swapped in atomically by rename.
-// On any failure the current state stays.
+// Restore replaces the whole state with a snapshot stream: it is written
+// beside the current state (a side database file and a new blob directory),
+// fsynced and verified, then swapped in atomically by renaming the database
+// file. On any failure the current state stays.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	tmp := f.dbPath() + ".restore"
-	if err := writeStreamSync(tmp, rc); err != nil {
-		os.Remove(tmp)
+	tmp, err := segments.ReceiveSnapshot(rc, f.dbPath())
+	if err != nil {
 		return fmt.Errorf("receive snapshot: %w", err)
-	}
-	if err := segments.Verify(tmp); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("verify snapshot: %w", err)
 	}
 	applied, err := f.swapIn(tmp)
 	if err != nil {

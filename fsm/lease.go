@@ -211,24 +211,38 @@ func (a *applier) tryClaim(p *popState, q *segments.Queue, part *segments.Partit
 		arena  []byte // every payload of the claim, copied once
 		starts []int  // where each message's payload starts in arena
 	)
-	must(a.tx.Scan(part.ID, start, func(sm *segments.StoredMessage) (bool, error) {
-		if sm.CreatedAt > e.visible || (e.before != 0 && sm.Offset >= e.before) {
-			// Commit times are monotone in a partition: the delayed (or
-			// window-held) rest is a contiguous tail.
-			return false, nil
-		}
-		n++
-		last = sm.Offset
-		if a.full {
+	// Commit times are monotone in a partition: the delayed (or
+	// window-held) rest is a contiguous tail, where both walks stop.
+	if a.full {
+		must(a.tx.Scan(part.ID, start, func(sm *segments.StoredMessage) (bool, error) {
+			if sm.CreatedAt > e.visible || (e.before != 0 && sm.Offset >= e.before) {
+				return false, nil
+			}
+			n++
+			last = sm.Offset
 			msgs = append(msgs, DeliveredMessage{
 				ID: sm.ID, TxID: sm.TxID, TraceID: sm.TraceID, HasTrace: sm.HasTrace,
 				ProducerSub: sm.ProducerSub, Encrypted: sm.Encrypted, CreatedAt: sm.CreatedAt, RetryCount: retry,
 			})
 			starts = append(starts, len(arena))
 			arena = append(arena, sm.Payload...)
-		}
-		return n < p.remaining, nil
-	}))
+			return n < p.remaining, nil
+		}))
+	} else {
+		// Other nodes only need the claimed range: no message is read.
+		must(a.tx.ScanRanges(part.ID, start, func(first, end uint64, createdAt int64) (bool, error) {
+			if e.before != 0 {
+				end = min(end, e.before)
+			}
+			if first >= end || createdAt > e.visible {
+				return false, nil
+			}
+			take := min(end-first, uint64(p.remaining-n))
+			n += uint32(take)
+			last = first + take - 1
+			return n < p.remaining, nil
+		}))
+	}
 	if n == 0 {
 		return false
 	}

@@ -73,15 +73,18 @@ func (f *FSM) CheckPopAs(c *Lease, principal string, now int64, count bool) (Pop
 				wake(e.wakeAt)
 				return true
 			}
-			must(tx.Scan(part.ID, e.start, func(sm *segments.StoredMessage) (bool, error) {
-				if e.before != 0 && sm.Offset >= e.before {
+			must(tx.ScanRanges(part.ID, e.start, func(first, end uint64, createdAt int64) (bool, error) {
+				if e.before != 0 {
+					end = min(end, e.before)
+				}
+				if first >= end {
 					return false, nil
 				}
-				if sm.CreatedAt > e.visible {
-					wake(sm.CreatedAt + q.Options.DelayedProcessing*1e6)
+				if createdAt > e.visible {
+					wake(createdAt + q.Options.DelayedProcessing*1e6)
 					return false, nil
 				}
-				pc.Deliverable++
+				pc.Deliverable += uint32(min(end-first, uint64(limit()-pc.Deliverable)))
 				return pc.Deliverable < limit(), nil
 			}))
 			return pc.Deliverable < limit()

@@ -975,16 +975,16 @@ func TestHTTPEncryption(t *testing.T) {
 			t.Errorf("message %d: data %s, want %s", i, m.Data, payload)
 		}
 	}
-	if fileContains(t, filepath.Join(s.Dir, "state", "fsm.db"), []byte(marker)) {
-		t.Errorf("the state file holds the plaintext of an encrypted queue's message")
+	if fileContains(t, filepath.Join(s.Dir, "state"), []byte(marker)) {
+		t.Errorf("the state files hold the plaintext of an encrypted queue's message")
 	}
 	if fileContains(t, filepath.Join(s.Dir, "raft", "raft.db"), []byte(marker)) {
 		t.Errorf("the Raft log holds the plaintext of an encrypted queue's message")
 	}
 	// A queue without encryption stores plaintext (the check above is meaningful).
 	s.push(obj{"queue": "clear", "payload": obj{"card": marker + "-clear"}})
-	if !fileContains(t, filepath.Join(s.Dir, "state", "fsm.db"), []byte(marker+"-clear")) {
-		t.Errorf("plaintext of an unencrypted queue not found in the state file: the grep is not meaningful")
+	if !fileContains(t, filepath.Join(s.Dir, "state"), []byte(marker+"-clear")) {
+		t.Errorf("plaintext of an unencrypted queue not found in the state files: the grep is not meaningful")
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -309,12 +310,24 @@ func wantError(t testing.TB, r response, status int, code, field, message string
 	}
 }
 
-// fileContains reports whether the file at path holds needle.
+// fileContains reports whether the file at path, or any file under the
+// directory at path, holds needle.
 func fileContains(t testing.TB, path string, needle []byte) bool {
 	t.Helper()
-	b, err := os.ReadFile(path)
+	found := false
+	err := filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || found {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		found = bytes.Contains(b, needle)
+		return nil
+	})
 	if err != nil {
 		t.Fatalf("read %s: %v", path, err)
 	}
-	return bytes.Contains(b, needle)
+	return found
 }

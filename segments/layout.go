@@ -19,7 +19,7 @@ var (
 	bucketParts      = []byte("partitions") // qid(8) name -> Partition
 	bucketPartIDs    = []byte("part_ids")   // pid(8) -> qid(8) name
 	bucketPartUUIDs  = []byte("part_uuids") // uuid(16) -> pid(8)
-	bucketSegments   = []byte("segments")   // pid(8) firstOffset(8) -> segment blob
+	bucketSegments   = []byte("segments")   // pid(8) firstOffset(8) -> blobRef of the segment blob
 	bucketGroups     = []byte("groups")     // pid(8) group -> Group
 	bucketQueueGroup = []byte("qgroups")    // qid(8) group -> QueueGroup
 	bucketTxIDs      = []byte("txids")      // pid(8) txid -> offset(8) pushedAt(8) seq(8)
@@ -30,6 +30,10 @@ var (
 	bucketSettings   = []byte("settings")   // name -> value (cluster-wide switches)
 	bucketPolicies   = []byte("policies")   // 'n' policy name -> Policy (OJS queue policies)
 	bucketQEvents    = []byte("qevents")    // seq(8) -> QueueEvent (bounded, oldest pruned)
+
+	// bucketFiles accounts for the blob files (blobs.go). It is physical
+	// layout, not state: it is left out of allBuckets and so of the digest.
+	bucketFiles = []byte("files") // 'g', 'a', 'f' file(8) -> fileRec
 )
 
 // allBuckets lists every bucket in a fixed order. The order matters for the
@@ -52,7 +56,7 @@ var (
 	metaSchema    = []byte("schema")     // layout version
 	metaCounters  = []byte("counters")   // lifetime counters, u64 each
 	metaEventSeq  = []byte("qevent_seq") // last queue-event number
-	schemaVersion = uint64(1)
+	schemaVersion = uint64(2)            // 2: segment blobs in files beside the database
 )
 
 // nameKey keys a row by a name that may be empty (bbolt refuses empty keys;

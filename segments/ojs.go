@@ -225,7 +225,11 @@ func (t *Tx) TruncateSegment(p *Partition, first uint64, keep uint64) (uint64, e
 	if v == nil {
 		return 0, nil
 	}
-	r, err := NewSegmentReader(v)
+	old, blob, err := t.segmentBlob(v)
+	if err != nil {
+		return 0, fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
+	}
+	r, err := NewSegmentReader(blob)
 	if err != nil {
 		return 0, fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
 	}
@@ -263,8 +267,14 @@ func (t *Tx) TruncateSegment(p *Partition, first uint64, keep uint64) (uint64, e
 			}
 		}
 	}
-	blob := EncodeSegment(nil, r.Header.CreatedAt, r.Header.BaseSeq, kept)
-	if err := t.put(bSegments, key, blob); err != nil {
+	ref, err := t.appendSegmentBlob(r.Header.CreatedAt, r.Header.BaseSeq, kept)
+	if err != nil {
+		return 0, err
+	}
+	if err := t.put(bSegments, key, ref.encode()); err != nil {
+		return 0, err
+	}
+	if err := t.freeBlob(old); err != nil {
 		return 0, err
 	}
 	removed := count - keep

@@ -59,13 +59,18 @@ type SegmentHeader struct {
 	Count     uint32
 }
 
-// EncodeSegment appends the blob for msgs to dst.
-func EncodeSegment(dst []byte, createdAt int64, baseSeq uint64, msgs []Message) []byte {
+// segmentSize bounds the encoded size of a segment of msgs.
+func segmentSize(msgs []Message) int {
 	size := segmentHeader
 	for i := range msgs {
 		size += 1 + 3*binary.MaxVarintLen32 + len(msgs[i].TxID) + 16 + len(msgs[i].ProducerSub) + len(msgs[i].Payload)
 	}
-	if cap(dst)-len(dst) < size {
+	return size
+}
+
+// EncodeSegment appends the blob for msgs to dst.
+func EncodeSegment(dst []byte, createdAt int64, baseSeq uint64, msgs []Message) []byte {
+	if size := segmentSize(msgs); cap(dst)-len(dst) < size {
 		n := make([]byte, len(dst), len(dst)+size)
 		copy(n, dst)
 		dst = n

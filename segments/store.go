@@ -6,16 +6,20 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
 
-// Store is the state machine's bbolt database.
+// Store is the state machine's bbolt database and the blob files beside it.
 type Store struct {
-	db   *bolt.DB
-	path string
+	db    *bolt.DB
+	path  string
+	blobs *blobSet
 }
 
 // StoreOptions tune how the database file is opened.
@@ -28,9 +32,13 @@ type StoreOptions struct {
 	// long snapshot read from blocking writers (bbolt remaps under a lock that
 	// open read transactions hold).
 	MmapSize int
+	// BlobFileSize is the size at which segment blobs move on to a new file
+	// (DefaultBlobFileSize when zero).
+	BlobFileSize int64
 }
 
-// Open opens or creates the database at path and makes sure every bucket exists.
+// Open opens or creates the database at path and its blob files, and makes
+// sure every bucket exists.
 func Open(path string, o StoreOptions) (*Store, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:         5 * time.Second,
@@ -42,96 +50,221 @@ func Open(path string, o StoreOptions) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open state database %s: %w", path, err)
 	}
+	gens, err := blobDirs(path)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range allBuckets {
+		for _, name := range append(allBuckets, bucketFiles) {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
 		}
 		meta := tx.Bucket(bucketMeta)
 		if v := meta.Get(metaSchema); v == nil {
-			return meta.Put(metaSchema, be64(schemaVersion))
+			if err := meta.Put(metaSchema, be64(schemaVersion)); err != nil {
+				return err
+			}
 		} else if len(v) != 8 || u64(v) != schemaVersion {
 			return fmt.Errorf("state database schema %x, this build reads %d", v, schemaVersion)
 		}
-		return nil
+		files := tx.Bucket(bucketFiles)
+		if files.Get(filesGen) != nil {
+			return nil
+		}
+		// A new database: a blob generation no directory uses yet.
+		gen := uint64(1)
+		if len(gens) > 0 {
+			gen = gens[len(gens)-1] + 1
+		}
+		if err := files.Put(filesGen, be64(gen)); err != nil {
+			return err
+		}
+		if err := files.Put(filesActive, be64(1)); err != nil {
+			return err
+		}
+		return files.Put(fileKey(1), fileRec{}.encode())
 	})
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("initialise state database %s: %w", path, err)
 	}
-	return &Store{db: db, path: path}, nil
+	blobs, err := openBlobs(db, path, gens, o)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &Store{db: db, path: path, blobs: blobs}, nil
+}
+
+// openBlobs opens the blob files the database names, cuts each back to its
+// committed length, and removes what no committed state references: other
+// generations' directories (an interrupted restore, a discarded state) and
+// files of this one without a record (removed after a commit that a crash
+// interrupted before the unlink).
+func openBlobs(db *bolt.DB, path string, gens []uint64, o StoreOptions) (*blobSet, error) {
+	s := &blobSet{sync: !o.NoSync, fileSize: o.BlobFileSize, files: map[uint64]*os.File{}}
+	if s.fileSize <= 0 {
+		s.fileSize = DefaultBlobFileSize
+	}
+	recs := map[uint64]fileRec{}
+	err := db.View(func(tx *bolt.Tx) error {
+		files := tx.Bucket(bucketFiles)
+		if v := files.Get(filesGen); len(v) == 8 {
+			s.gen = u64(v)
+		}
+		if v := files.Get(filesActive); len(v) == 8 {
+			s.active = u64(v)
+		}
+		c := files.Cursor()
+		for k, v := c.Seek([]byte{'f'}); k != nil && k[0] == 'f'; k, v = c.Next() {
+			if len(k) != 9 {
+				return fmt.Errorf("blob file key %x: %w", k, ErrCorrupt)
+			}
+			r, err := decodeFileRec(v)
+			if err != nil {
+				return err
+			}
+			recs[u64(k[1:])] = r
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read blob file records: %w", err)
+	}
+	if s.gen == 0 || s.active == 0 {
+		return nil, fmt.Errorf("blob file records missing: %w", ErrCorrupt)
+	}
+	if _, ok := recs[s.active]; !ok {
+		return nil, fmt.Errorf("active blob file %d has no record: %w", s.active, ErrCorrupt)
+	}
+	s.dir = blobDir(path, s.gen)
+	for _, g := range gens {
+		if g != s.gen {
+			if err := os.RemoveAll(blobDir(path, g)); err != nil {
+				return nil, fmt.Errorf("remove stale blob directory: %w", err)
+			}
+		}
+	}
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create blob directory: %w", err)
+	}
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("list blob files: %w", err)
+	}
+	for _, e := range entries {
+		no, err := strconv.ParseUint(strings.TrimSuffix(e.Name(), ".seg"), 16, 64)
+		if _, ok := recs[no]; ok && err == nil && e.Name() == blobFileName(no) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(s.dir, e.Name())); err != nil {
+			return nil, fmt.Errorf("remove unreferenced blob file: %w", err)
+		}
+	}
+	for no, r := range recs {
+		f, err := openBlobFile(filepath.Join(s.dir, blobFileName(no)), int64(r.Len))
+		if err != nil {
+			s.close()
+			return nil, fmt.Errorf("blob file %d: %w", no, err)
+		}
+		s.files[no] = f
+	}
+	s.activeLen = int64(recs[s.active].Len)
+	return s, nil
+}
+
+// openBlobFile opens a blob file whose committed length is size, creating it
+// when size is 0, and cuts off bytes written past it by a transaction that
+// never committed.
+func openBlobFile(path string, size int64) (*os.File, error) {
+	flags := os.O_RDWR
+	if size == 0 {
+		flags |= os.O_CREATE
+	}
+	f, err := os.OpenFile(path, flags, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err == nil && st.Size() < size {
+		err = fmt.Errorf("%d bytes on disk, %d committed: %w", st.Size(), size, ErrCorrupt)
+	}
+	if err == nil && st.Size() > size {
+		err = f.Truncate(size)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // Close flushes the file to disk and closes it.
 func (s *Store) Close() error {
+	berr := s.blobs.close()
 	if err := s.db.Sync(); err != nil {
 		s.db.Close()
 		return fmt.Errorf("sync state database: %w", err)
 	}
-	return s.db.Close()
+	if err := s.db.Close(); err != nil {
+		return err
+	}
+	return berr
 }
 
 // Path is the database file's path.
 func (s *Store) Path() string { return s.path }
 
-// Sync forces the file to disk.
+// Sync forces the database file to disk (blob files are synced by the
+// commits that write them when the store syncs at all).
 func (s *Store) Sync() error { return s.db.Sync() }
 
-// Update runs fn in a write transaction, committed when fn returns nil.
-func (s *Store) Update(fn func(*Tx) error) error {
-	return s.db.Update(func(btx *bolt.Tx) error { return fn(newTx(btx)) })
+// Update runs fn in a write transaction, committed when fn returns nil. The
+// blobs fn appended are written to their file first, so a committed
+// reference never points past what the file holds.
+func (s *Store) Update(fn func(*Tx) error) (err error) {
+	btx, err := s.db.Begin(true)
+	if err != nil {
+		return fmt.Errorf("begin write: %w", err)
+	}
+	t := newTx(btx, s)
+	committed := false
+	defer func() {
+		if !committed {
+			btx.Rollback()
+			s.blobs.abort(t.w)
+		}
+	}()
+	if err := s.blobs.begin(t); err != nil {
+		return err
+	}
+	if err := fn(t); err != nil {
+		return err
+	}
+	dead, err := s.blobs.flush(t)
+	if err != nil {
+		return err
+	}
+	if err := btx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	committed = true
+	return s.blobs.commit(t.w, dead)
 }
 
 // View runs fn in a read transaction.
 func (s *Store) View(fn func(*Tx) error) error {
-	return s.db.View(func(btx *bolt.Tx) error { return fn(newTx(btx)) })
-}
-
-// ReadSnapshot is a consistent read-only view that outlives a callback, for
-// streaming a snapshot while writes continue. Close it when done.
-type ReadSnapshot struct{ tx *bolt.Tx }
-
-// BeginSnapshot opens a read transaction for a snapshot.
-func (s *Store) BeginSnapshot() (*ReadSnapshot, error) {
-	tx, err := s.db.Begin(false)
-	if err != nil {
-		return nil, fmt.Errorf("begin snapshot read: %w", err)
-	}
-	return &ReadSnapshot{tx: tx}, nil
-}
-
-// WriteTo streams a complete, consistent database file.
-func (r *ReadSnapshot) WriteTo(w io.Writer) (int64, error) { return r.tx.WriteTo(w) }
-
-// Close ends the read transaction.
-func (r *ReadSnapshot) Close() error { return r.tx.Rollback() }
-
-// Verify opens the database file at path read-only and checks that it is a
-// Crown state database of this schema. Used before a restored file is swapped in.
-func Verify(path string) error {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
-	if err != nil {
-		return fmt.Errorf("open %s: %w", path, err)
-	}
-	defer db.Close()
-	return db.View(func(tx *bolt.Tx) error {
-		for _, name := range allBuckets {
-			if tx.Bucket(name) == nil {
-				return fmt.Errorf("bucket %s missing: %w", name, ErrCorrupt)
-			}
-		}
-		v := tx.Bucket(bucketMeta).Get(metaSchema)
-		if len(v) != 8 || u64(v) != schemaVersion {
-			return fmt.Errorf("schema %x: %w", v, ErrCorrupt)
-		}
-		return nil
-	})
+	s.blobs.gc.RLock()
+	defer s.blobs.gc.RUnlock()
+	return s.db.View(func(btx *bolt.Tx) error { return fn(newTx(btx, s)) })
 }
 
 // Digest hashes the logical content of every bucket, in a fixed order, with
-// length-prefixed keys and values. Two stores with the same digest hold the
-// same state, however their files are laid out.
+// length-prefixed keys and values; a segment contributes the blob its
+// reference resolves to. Two stores with the same digest hold the same
+// state, however their files are laid out.
 func (s *Store) Digest() (applied uint64, digest string, err error) {
 	err = s.View(func(t *Tx) error {
 		applied = t.Applied()
@@ -147,6 +280,13 @@ func (s *Store) Digest() (applied uint64, digest string, err error) {
 			c := t.tx.Bucket(name).Cursor()
 			for k, v := c.First(); k != nil; k, v = c.Next() {
 				write(k)
+				if bytes.Equal(name, bucketSegments) {
+					_, blob, err := t.segmentBlob(v)
+					if err != nil {
+						return fmt.Errorf("segment %x: %w", k, err)
+					}
+					v = blob
+				}
 				write(v)
 			}
 		}
@@ -161,6 +301,8 @@ func (s *Store) Digest() (applied uint64, digest string, err error) {
 // other commands sharing the bbolt transaction.
 type Tx struct {
 	tx      *bolt.Tx
+	store   *Store
+	w       *blobTx // nil in a read transaction
 	buckets [len(bucketOrder)]*bolt.Bucket
 	undo    []undoRec
 	depth   int
@@ -192,6 +334,7 @@ const (
 	bSettings
 	bPolicies
 	bQEvents
+	bFiles
 )
 
 var bucketOrder = [...][]byte{
@@ -199,11 +342,11 @@ var bucketOrder = [...][]byte{
 	bPartIDs: bucketPartIDs, bPartUUIDs: bucketPartUUIDs, bSegments: bucketSegments,
 	bGroups: bucketGroups, bQueueGroup: bucketQueueGroup, bTxIDs: bucketTxIDs, bLeases: bucketLeases,
 	bDLQ: bucketDLQ, bSubs: bucketSubs, bNodes: bucketNodes, bSettings: bucketSettings,
-	bPolicies: bucketPolicies, bQEvents: bucketQEvents,
+	bPolicies: bucketPolicies, bQEvents: bucketQEvents, bFiles: bucketFiles,
 }
 
-func newTx(btx *bolt.Tx) *Tx {
-	t := &Tx{tx: btx}
+func newTx(btx *bolt.Tx, s *Store) *Tx {
+	t := &Tx{tx: btx, store: s}
 	for i, name := range bucketOrder {
 		t.buckets[i] = btx.Bucket(name)
 		if t.buckets[i] == nil {
@@ -257,6 +400,9 @@ func (t *Tx) record(b int, key []byte) {
 // key written since, Release(sp) keeps the writes. Savepoints nest.
 func (t *Tx) Savepoint() int {
 	t.depth++
+	if t.w != nil {
+		t.w.marks = append(t.w.marks, len(t.w.pending))
+	}
 	return len(t.undo)
 }
 
@@ -276,11 +422,20 @@ func (t *Tx) RollbackTo(sp int) error {
 	}
 	t.undo = t.undo[:sp]
 	t.depth--
+	if t.w != nil {
+		// The blobs appended since are unreferenced now: drop them.
+		top := len(t.w.marks) - 1
+		t.w.pending = t.w.pending[:t.w.marks[top]]
+		t.w.marks = t.w.marks[:top]
+	}
 	return nil
 }
 
 // Release ends the savepoint and keeps its writes.
 func (t *Tx) Release(sp int) {
+	if t.w != nil {
+		t.w.marks = t.w.marks[:len(t.w.marks)-1]
+	}
 	t.depth--
 	if t.depth == 0 {
 		t.undo = t.undo[:0]
@@ -487,12 +642,15 @@ func (t *Tx) ForEachPartition(qid uint64, from string, fn func(*Partition) (bool
 
 // AppendSegment stores msgs as one segment at p's next offset, indexes their
 // transaction ids at pushedAt, and advances p (the caller stores p). It
-// returns the first offset. The blob is freshly allocated: bbolt keeps a
-// reference to every value until the transaction commits.
+// returns the first offset. The blob goes to the blob file, its reference
+// into the segments bucket.
 func (t *Tx) AppendSegment(p *Partition, createdAt int64, baseSeq uint64, msgs []Message) (uint64, error) {
 	first := p.NextOffset
-	blob := EncodeSegment(nil, createdAt, baseSeq, msgs)
-	if err := t.put(bSegments, key88(p.ID, first), blob); err != nil {
+	ref, err := t.appendSegmentBlob(createdAt, baseSeq, msgs)
+	if err != nil {
+		return 0, err
+	}
+	if err := t.put(bSegments, key88(p.ID, first), ref.encode()); err != nil {
 		return 0, err
 	}
 	var bytesIn uint64
@@ -518,14 +676,59 @@ type SegmentInfo struct {
 	First     uint64 // first offset
 	Count     uint64
 	CreatedAt int64
-	Bytes     uint64 // payload bytes
+	Bytes     uint64 // size of the stored blob
 }
 
 // Scan walks the partition's messages from offset `from` onwards, in order,
 // calling fn with each message and its segment's header. The message's
-// slices alias the database: copy what outlives the transaction. fn returns
-// false to stop. Offsets deleted by retention are skipped silently.
+// slices alias a buffer of this transaction: copy what outlives it. fn
+// returns false to stop. Offsets deleted by retention are skipped silently.
 func (t *Tx) Scan(pid, from uint64, fn func(*StoredMessage) (bool, error)) error {
+	var sm StoredMessage
+	return t.walkSegments(pid, from, func(first uint64, ref blobRef, v []byte) (bool, error) {
+		_, blob, err := t.segmentBlob(v)
+		if err != nil {
+			return false, fmt.Errorf("partition %d segment %d: %w", pid, first, err)
+		}
+		r, err := NewSegmentReader(blob)
+		if err != nil {
+			return false, fmt.Errorf("partition %d segment %d: %w", pid, first, err)
+		}
+		for {
+			idx, ok, err := r.Next(&sm.Message)
+			if err != nil {
+				return false, fmt.Errorf("partition %d segment %d: %w", pid, first, err)
+			}
+			if !ok {
+				return true, nil
+			}
+			off := first + uint64(idx)
+			if off < from {
+				continue
+			}
+			sm.Offset = off
+			sm.CreatedAt = r.Header.CreatedAt
+			sm.ID = MessageID(r.Header.CreatedAt, r.Header.BaseSeq+uint64(idx))
+			if more, err := fn(&sm); err != nil || !more {
+				return false, err
+			}
+		}
+	})
+}
+
+// ScanRanges walks the partition's stored offsets from `from` onwards as runs
+// [first, end) of one commit time, oldest first, until fn returns false. It
+// reads no blob: it is the walk for deciding what a pop can take, which
+// needs offsets and times but not the messages.
+func (t *Tx) ScanRanges(pid, from uint64, fn func(first, end uint64, createdAt int64) (bool, error)) error {
+	return t.walkSegments(pid, from, func(first uint64, ref blobRef, _ []byte) (bool, error) {
+		return fn(max(first, from), first+uint64(ref.Count), ref.CreatedAt)
+	})
+}
+
+// walkSegments calls fn with each segment of the partition that holds an
+// offset >= from, oldest first, until fn returns false.
+func (t *Tx) walkSegments(pid, from uint64, fn func(first uint64, ref blobRef, v []byte) (bool, error)) error {
 	c := t.buckets[bSegments].Cursor()
 	prefix := be64(pid)
 	k, v := c.Seek(key88(pid, from))
@@ -537,34 +740,17 @@ func (t *Tx) Scan(pid, from uint64, fn func(*StoredMessage) (bool, error)) error
 			k, v = c.Seek(key88(pid, from))
 		}
 	}
-	var sm StoredMessage
 	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 		first := u64(k[8:])
-		r, err := NewSegmentReader(v)
+		ref, err := decodeRef(v)
 		if err != nil {
 			return fmt.Errorf("partition %d segment %d: %w", pid, first, err)
 		}
-		if first+uint64(r.Header.Count) <= from {
+		if first+uint64(ref.Count) <= from {
 			continue
 		}
-		for {
-			idx, ok, err := r.Next(&sm.Message)
-			if err != nil {
-				return fmt.Errorf("partition %d segment %d: %w", pid, first, err)
-			}
-			if !ok {
-				break
-			}
-			off := first + uint64(idx)
-			if off < from {
-				continue
-			}
-			sm.Offset = off
-			sm.CreatedAt = r.Header.CreatedAt
-			sm.ID = MessageID(r.Header.CreatedAt, r.Header.BaseSeq+uint64(idx))
-			if more, err := fn(&sm); err != nil || !more {
-				return err
-			}
+		if more, err := fn(first, ref, v); err != nil || !more {
+			return err
 		}
 	}
 	return nil
@@ -623,12 +809,12 @@ func (t *Tx) SegmentsReverse(pid uint64, fn func(SegmentInfo) (bool, error)) err
 }
 
 func segmentInfo(k, v []byte) (SegmentInfo, error) {
-	h, err := DecodeSegmentHeader(v)
+	ref, err := decodeRef(v)
 	if err != nil {
 		return SegmentInfo{}, fmt.Errorf("segment %x: %w", k, err)
 	}
-	return SegmentInfo{First: u64(k[8:]), Count: uint64(h.Count), CreatedAt: h.CreatedAt,
-		Bytes: uint64(len(v))}, nil
+	return SegmentInfo{First: u64(k[8:]), Count: uint64(ref.Count), CreatedAt: ref.CreatedAt,
+		Bytes: uint64(ref.Len)}, nil
 }
 
 // DeleteSegment removes one whole segment and its transaction-id index
@@ -640,7 +826,11 @@ func (t *Tx) DeleteSegment(p *Partition, first uint64) (uint64, error) {
 	if v == nil {
 		return 0, nil
 	}
-	r, err := NewSegmentReader(v)
+	ref, blob, err := t.segmentBlob(v)
+	if err != nil {
+		return 0, fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
+	}
+	r, err := NewSegmentReader(blob)
 	if err != nil {
 		return 0, fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
 	}
@@ -670,6 +860,9 @@ func (t *Tx) DeleteSegment(p *Partition, first uint64) (uint64, error) {
 		}
 	}
 	if err := t.del(bSegments, key); err != nil {
+		return 0, err
+	}
+	if err := t.freeBlob(ref); err != nil {
 		return 0, err
 	}
 	p.Messages -= count
@@ -971,6 +1164,16 @@ func (t *Tx) DeletePartitionData(p *Partition) error {
 		return err
 	}
 	prefix := be64(p.ID)
+	c := t.buckets[bSegments].Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		ref, err := decodeRef(v)
+		if err != nil {
+			return fmt.Errorf("segment %x: %w", k, err)
+		}
+		if err := t.freeBlob(ref); err != nil {
+			return err
+		}
+	}
 	for _, b := range []int{bSegments, bTxIDs, bGroups} {
 		if err := t.deletePrefix(b, prefix); err != nil {
 			return err
@@ -1009,9 +1212,4 @@ func (t *Tx) DeleteQueue(q *Queue) error {
 		return err
 	}
 	return t.del(bQueues, nameKey(q.Name))
-}
-
-// CopyFile writes a consistent copy of the database to path (for restore tests and tools).
-func (s *Store) CopyFile(path string) error {
-	return s.db.View(func(tx *bolt.Tx) error { return tx.CopyFile(path, 0o600) })
 }

@@ -463,46 +463,6 @@ func TestDigestIgnoresWriteOrder(t *testing.T) {
 	}
 }
 
-func TestSnapshotStreamVerifies(t *testing.T) {
-	s := openStore(t)
-	update(t, s, func(tx *Tx) error {
-		p := newPartition(t, tx, "q", "p")
-		appendMsgs(t, tx, p, 10, "a")
-		return tx.SetApplied(7)
-	})
-	rs, err := s.BeginSnapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if _, err := rs.WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
-	rs.Close()
-	path := filepath.Join(t.TempDir(), "copy.db")
-	if err := writeFile(path, buf.Bytes()); err != nil {
-		t.Fatal(err)
-	}
-	if err := Verify(path); err != nil {
-		t.Fatal(err)
-	}
-	c, err := Open(path, StoreOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_, d1, _ := s.Digest()
-	i2, d2, _ := c.Digest()
-	if d1 != d2 || i2 != 7 {
-		t.Fatal("snapshot copy differs")
-	}
-	bad := filepath.Join(t.TempDir(), "bad.db")
-	writeFile(bad, []byte("garbage"))
-	if err := Verify(bad); err == nil {
-		t.Fatal("garbage verified")
-	}
-}
-
 func TestCorruptPartitionRecord(t *testing.T) {
 	var p Partition
 	if err := p.unmarshal(make([]byte, partitionFixed-1)); !errors.Is(err, ErrCorrupt) {

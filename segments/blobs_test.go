@@ -1,0 +1,486 @@
+package segments
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+func openSized(t *testing.T, path string, fileSize int64) *Store {
+	t.Helper()
+	s, err := Open(path, StoreOptions{NoSync: true, BlobFileSize: fileSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// blobFiles lists the blob files on disk, by number.
+func blobFiles(t *testing.T, s *Store) []string {
+	t.Helper()
+	entries, err := os.ReadDir(s.blobs.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// checkAccounting asserts the files bucket agrees with the references: each
+// file's live bytes are the sum of the blobs referencing it, its length is
+// what is on disk, and every referenced file has a record.
+func checkAccounting(t *testing.T, s *Store) {
+	t.Helper()
+	view(t, s, func(tx *Tx) error {
+		live := map[uint64]uint64{}
+		c := tx.buckets[bSegments].Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			ref, err := decodeRef(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			live[ref.File] += uint64(ref.Len)
+		}
+		fc := tx.buckets[bFiles].Cursor()
+		recs := map[uint64]fileRec{}
+		for k, v := fc.Seek([]byte{'f'}); k != nil && k[0] == 'f'; k, v = fc.Next() {
+			r, err := decodeFileRec(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs[u64(k[1:])] = r
+		}
+		for no, n := range live {
+			r, ok := recs[no]
+			if !ok {
+				t.Fatalf("file %d referenced but has no record", no)
+			}
+			if r.Live != n {
+				t.Fatalf("file %d: %d live bytes recorded, %d referenced", no, r.Live, n)
+			}
+		}
+		for no, r := range recs {
+			if live[no] == 0 && r.Live != 0 {
+				t.Fatalf("file %d: %d live bytes recorded, none referenced", no, r.Live)
+			}
+			st, err := os.Stat(filepath.Join(s.blobs.dir, blobFileName(no)))
+			if err != nil {
+				t.Fatalf("file %d: %v", no, err)
+			}
+			if uint64(st.Size()) != r.Len {
+				t.Fatalf("file %d: %d bytes on disk, %d recorded", no, st.Size(), r.Len)
+			}
+		}
+		return nil
+	})
+}
+
+// fill appends n one-message segments to p, one transaction each.
+func fill(t *testing.T, s *Store, p *Partition, n int, tag string) {
+	t.Helper()
+	for i := range n {
+		update(t, s, func(tx *Tx) error {
+			appendMsgs(t, tx, p, int64(100+i), fmt.Sprintf("%s%03d", tag, i))
+			return nil
+		})
+	}
+}
+
+func TestBlobFilesRollOverAndAreReclaimed(t *testing.T) {
+	s := openSized(t, filepath.Join(t.TempDir(), "state.db"), 200)
+	var p *Partition
+	update(t, s, func(tx *Tx) error { p = newPartition(t, tx, "q", "p"); return nil })
+	fill(t, s, p, 40, "m")
+	files := blobFiles(t, s)
+	if len(files) < 5 {
+		t.Fatalf("40 segments in 200-byte files made only %d files: %v", len(files), files)
+	}
+	checkAccounting(t, s)
+
+	// Retention removes the oldest half: the files holding only those go.
+	update(t, s, func(tx *Tx) error {
+		for range 20 {
+			if _, err := tx.DeleteSegment(p, p.FirstOffset); err != nil {
+				return err
+			}
+		}
+		return tx.PutPartition(p)
+	})
+	checkAccounting(t, s)
+	after := blobFiles(t, s)
+	if len(after) >= len(files) || after[len(after)-1] != files[len(files)-1] {
+		t.Fatalf("files before %v, after deleting half %v", files, after)
+	}
+	view(t, s, func(tx *Tx) error {
+		got := scan(t, tx, p.ID, 0)
+		if len(got) != 20 || got[0] != "21:m020" {
+			t.Fatalf("scan after retention: %v", got)
+		}
+		return nil
+	})
+
+	// Deleting the partition frees everything but the file appends go to.
+	update(t, s, func(tx *Tx) error { return tx.DeletePartitionData(p) })
+	checkAccounting(t, s)
+	if got := blobFiles(t, s); len(got) != 1 {
+		t.Fatalf("after deleting every segment: %v", got)
+	}
+}
+
+func TestDeadBlobFileOutlivesOpenReaders(t *testing.T) {
+	s := openSized(t, filepath.Join(t.TempDir(), "state.db"), 1) // a file per segment
+	var p *Partition
+	update(t, s, func(tx *Tx) error { p = newPartition(t, tx, "q", "p"); return nil })
+	fill(t, s, p, 6, "m")
+	first := blobFiles(t, s)[0]
+
+	rs, err := s.BeginSnapshot() // an open reader that still sees segment 1
+	if err != nil {
+		t.Fatal(err)
+	}
+	update(t, s, func(tx *Tx) error {
+		if _, err := tx.DeleteSegment(p, p.FirstOffset); err != nil {
+			return err
+		}
+		return tx.PutPartition(p)
+	})
+	if !slices.Contains(blobFiles(t, s), first) {
+		t.Fatalf("file %s removed while a reader could still reference it", first)
+	}
+	var buf bytes.Buffer
+	if _, err := rs.WriteTo(&buf); err != nil {
+		t.Fatalf("snapshot taken before the delete: %v", err)
+	}
+	rs.Close()
+	fill(t, s, p, 1, "n") // the next commit collects it
+	if slices.Contains(blobFiles(t, s), first) {
+		t.Fatalf("dead file %s still there after the reader closed and a commit", first)
+	}
+	checkAccounting(t, s)
+}
+
+func TestSavepointRollbackDropsPendingBlobs(t *testing.T) {
+	s := openStore(t)
+	update(t, s, func(tx *Tx) error {
+		p := newPartition(t, tx, "q", "p")
+		appendMsgs(t, tx, p, 10, "a")
+		sp := tx.Savepoint()
+		saved := *p
+		appendMsgs(t, tx, p, 10, "b")
+		if err := tx.RollbackTo(sp); err != nil {
+			return err
+		}
+		*p = saved
+		sp = tx.Savepoint()
+		appendMsgs(t, tx, p, 10, "c")
+		tx.Release(sp)
+		if got := scan(t, tx, p.ID, 0); !slices.Equal(got, []string{"1:a", "2:c"}) {
+			t.Fatalf("inside the transaction: %v", got)
+		}
+		return nil
+	})
+	checkAccounting(t, s)
+	view(t, s, func(tx *Tx) error {
+		if got := scan(t, tx, 1, 0); !slices.Equal(got, []string{"1:a", "2:c"}) {
+			t.Fatalf("after commit: %v", got)
+		}
+		return nil
+	})
+}
+
+func TestFailedUpdateWritesNoBlob(t *testing.T) {
+	s := openStore(t)
+	var p *Partition
+	update(t, s, func(tx *Tx) error { p = newPartition(t, tx, "q", "p"); return nil })
+	fill(t, s, p, 1, "a")
+	boom := errors.New("boom")
+	if err := s.Update(func(tx *Tx) error {
+		appendMsgs(t, tx, p, 10, "lost")
+		return boom
+	}); !errors.Is(err, boom) {
+		t.Fatal(err)
+	}
+	checkAccounting(t, s)
+	fill(t, s, p, 1, "b")
+	checkAccounting(t, s)
+}
+
+// A crash between writing a transaction's blobs and bbolt's commit leaves
+// bytes past the recorded length: opening cuts them off, and the state reads
+// as committed.
+func TestOpenCutsUncommittedBlobBytes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, err := Open(path, StoreOptions{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p *Partition
+	update(t, s, func(tx *Tx) error { p = newPartition(t, tx, "q", "p"); return nil })
+	fill(t, s, p, 3, "a")
+	_, before, _ := s.Digest()
+	active := filepath.Join(s.blobs.dir, blobFileName(s.blobs.active))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(active, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(bytes.Repeat([]byte{0xee}, 1000))
+	f.Close()
+
+	s = openSized(t, path, 0)
+	if _, after, _ := s.Digest(); after != before {
+		t.Fatal("state changed by uncommitted blob bytes")
+	}
+	checkAccounting(t, s)
+	fill(t, s, p, 2, "b")
+	checkAccounting(t, s)
+	view(t, s, func(tx *Tx) error {
+		if got := scan(t, tx, p.ID, 0); len(got) != 5 {
+			t.Fatalf("scan: %v", got)
+		}
+		return nil
+	})
+}
+
+func TestOpenRemovesUnreferencedBlobs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, err := Open(path, StoreOptions{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := s.blobs.dir
+	s.Close()
+	stale := blobDir(path, 99) // an interrupted restore's generation
+	if err := os.MkdirAll(stale, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	orphan := filepath.Join(dir, blobFileName(7)) // unlinked too late by a crash
+	if err := os.WriteFile(orphan, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s = openSized(t, path, 0)
+	for _, p := range []string{stale, orphan} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s not removed: %v", p, err)
+		}
+	}
+}
+
+func TestMissingBlobFileIsCorrupt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, err := Open(path, StoreOptions{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p *Partition
+	update(t, s, func(tx *Tx) error { p = newPartition(t, tx, "q", "p"); return nil })
+	fill(t, s, p, 1, "a")
+	active := filepath.Join(s.blobs.dir, blobFileName(s.blobs.active))
+	s.Close()
+	if err := os.Truncate(active, 3); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Open(path, StoreOptions{NoSync: true}); !errors.Is(err, ErrCorrupt) {
+		if s != nil {
+			s.Close()
+		}
+		t.Fatalf("open with a short blob file: %v", err)
+	}
+}
+
+// The digest is logical: stores with the same content in differently cut
+// files agree, and a store restored from a snapshot agrees with its source.
+func TestDigestAndSnapshotIgnoreFileLayout(t *testing.T) {
+	dir := t.TempDir()
+	small := openSized(t, filepath.Join(dir, "small.db"), 100)
+	large := openSized(t, filepath.Join(dir, "large.db"), 0)
+	for _, s := range []*Store{small, large} {
+		var p *Partition
+		update(t, s, func(tx *Tx) error { p = newPartition(t, tx, "q", "p"); return nil })
+		fill(t, s, p, 12, "m")
+		update(t, s, func(tx *Tx) error {
+			for range 3 {
+				if _, err := tx.DeleteSegment(p, p.FirstOffset); err != nil {
+					return err
+				}
+			}
+			if _, err := tx.TruncateSegment(p, p.FirstOffset+1, 0); err != nil {
+				return err
+			}
+			if err := tx.PutPartition(p); err != nil {
+				return err
+			}
+			return tx.SetApplied(42)
+		})
+	}
+	_, ds, _ := small.Digest()
+	_, dl, _ := large.Digest()
+	if ds != dl {
+		t.Fatal("same content in different blob files, different digests")
+	}
+
+	var stream bytes.Buffer
+	rs, err := small.BeginSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rs.WriteTo(&stream); err != nil {
+		t.Fatal(err)
+	}
+	rs.Close()
+	target := filepath.Join(t.TempDir(), "restored.db")
+	old := openSized(t, target, 0) // a node with state of its own
+	fill(t, old, func() *Partition {
+		var p *Partition
+		update(t, old, func(tx *Tx) error { p = newPartition(t, tx, "other", "x"); return nil })
+		return p
+	}(), 2, "o")
+	old.Close()
+	tmp, err := ReceiveSnapshot(bytes.NewReader(stream.Bytes()), target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, target); err != nil {
+		t.Fatal(err)
+	}
+	restored := openSized(t, target, 100)
+	applied, dr, err := restored.Digest()
+	if err != nil || dr != ds || applied != 42 {
+		t.Fatalf("restored: applied %d, err %v, same digest %v", applied, err, dr == ds)
+	}
+	checkAccounting(t, restored)
+	if gens, _ := blobDirs(target); len(gens) != 1 {
+		t.Fatalf("generations left beside the restored store: %v", gens)
+	}
+	// The restored store goes on: appends, deletes, reclaiming.
+	update(t, restored, func(tx *Tx) error {
+		p, err := tx.Partition(1, "p")
+		if err != nil || p == nil {
+			t.Fatalf("partition: %v %v", p, err)
+		}
+		appendMsgs(t, tx, p, 500, "after")
+		_, err = tx.DeleteSegment(p, p.FirstOffset)
+		if err == nil {
+			err = tx.PutPartition(p)
+		}
+		return err
+	})
+	checkAccounting(t, restored)
+}
+
+func TestReceiveSnapshotRejectsDamage(t *testing.T) {
+	s := openStore(t)
+	var p *Partition
+	update(t, s, func(tx *Tx) error { p = newPartition(t, tx, "q", "p"); return nil })
+	fill(t, s, p, 3, "m")
+	var stream bytes.Buffer
+	rs, err := s.BeginSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rs.WriteTo(&stream); err != nil {
+		t.Fatal(err)
+	}
+	rs.Close()
+	good := stream.Bytes()
+	cases := map[string][]byte{
+		"garbage":        []byte("not a snapshot at all"),
+		"empty":          nil,
+		"cut in the db":  good[:len(snapMagic)+100],
+		"cut in a file":  good[:len(good)-len(snapEnd)-5],
+		"no end marker":  good[:len(good)-len(snapEnd)],
+		"bad end marker": append(slices.Clone(good[:len(good)-len(snapEnd)]), "CROWNBAD"...),
+	}
+	for name, b := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			target := filepath.Join(dir, "state.db")
+			if _, err := ReceiveSnapshot(bytes.NewReader(b), target); err == nil {
+				t.Fatal("damaged stream accepted")
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+				t.Fatalf("a failed receive left %d entries behind", len(entries))
+			}
+		})
+	}
+}
+
+func FuzzReceiveSnapshot(f *testing.F) {
+	dir := f.TempDir()
+	s, err := Open(filepath.Join(dir, "seed.db"), StoreOptions{NoSync: true, BlobFileSize: 64})
+	if err != nil {
+		f.Fatal(err)
+	}
+	if err := s.Update(func(tx *Tx) error {
+		q := &Queue{Name: "q", UUID: [16]byte{1}}
+		if err := tx.CreateQueue(q); err != nil {
+			return err
+		}
+		p := &Partition{QueueID: q.ID, Name: "p", UUID: [16]byte{2}}
+		if err := tx.CreatePartition(p); err != nil {
+			return err
+		}
+		for i := range 3 {
+			if _, err := tx.AppendSegment(p, int64(i), uint64(i+1), []Message{{TxID: "t", Payload: []byte(`"x"`)}}); err != nil {
+				return err
+			}
+		}
+		return tx.PutPartition(p)
+	}); err != nil {
+		f.Fatal(err)
+	}
+	var stream bytes.Buffer
+	rs, err := s.BeginSnapshot()
+	if err != nil {
+		f.Fatal(err)
+	}
+	if _, err := rs.WriteTo(&stream); err != nil {
+		f.Fatal(err)
+	}
+	rs.Close()
+	s.Close()
+	f.Add(stream.Bytes())
+	f.Add([]byte("CROWNSS2"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		target := filepath.Join(t.TempDir(), "state.db")
+		// Without fsync: this tests the parsing, and fsync would make each
+		// input cost milliseconds.
+		tmp, err := receiveSnapshot(bytes.NewReader(b), target, false)
+		if err != nil {
+			return
+		}
+		if err := os.Rename(tmp, target); err != nil {
+			t.Fatal(err)
+		}
+		// Whatever was accepted opens, or fails to open with an error.
+		st, err := Open(target, StoreOptions{NoSync: true})
+		if err != nil {
+			return
+		}
+		defer st.Close()
+		st.Digest()
+	})
+}
+
+func TestRefRoundTripAndRejects(t *testing.T) {
+	r := blobRef{File: 3, Pos: 1 << 33, Len: 99, CreatedAt: -5, Count: 7}
+	got, err := decodeRef(r.encode())
+	if err != nil || got != r {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	for _, b := range [][]byte{nil, r.encode()[:refSize-1], append([]byte{1}, r.encode()[1:]...)} {
+		if _, err := decodeRef(b); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("%x: %v", b, err)
+		}
+	}
+}
