@@ -65,7 +65,10 @@ Examples:
 			name: "compare", args: "A.json B.json", summary: "compare two reports of bench run --json, with the ratio A/B of each figure",
 			help: `Reads two reports written by 'crownctl bench run --json' (or by the
 JetStream driver cmd/internal/natsbench) and prints one table: each figure
-of both and the ratio A/B. With --json, the rows as JSON.`,
+of both and the ratio A/B. With --json, the rows as JSON. Reports of
+--mode produce runs have no delivery check (nothing was consumed): their
+table leaves out lost, duplicates and redelivered, which the reports of the
+--mode consume runs of the same messages give.`,
 			minArgs: 2, maxArgs: 2, run: benchCompare,
 		},
 	},

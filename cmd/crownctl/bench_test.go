@@ -290,4 +290,40 @@ func TestBenchUsageAndCompare(t *testing.T) {
 	if code := run([]string{"bench", "compare", pa, filepath.Join(dir, "missing.json")}, &out, &errb, func(string) string { return "" }); code != exitError {
 		t.Errorf("missing file: exit %d", code)
 	}
+	// The produce-only table does not print a "lost 0" nor "verification
+	// OK" it never checked; the consume-only one does, saying how it got
+	// its expected count.
+	compare := func(a, b *benchkit.Report) string {
+		t.Helper()
+		out.Reset()
+		if code := run([]string{"bench", "compare", write("a.json", a), write("b.json", b)}, &out, &errb, func(string) string { return "" }); code != 0 {
+			t.Fatalf("compare: exit %d %s", code, errb.String())
+		}
+		return out.String()
+	}
+	wl.Mode = "produce"
+	a.Workload, b.Workload, a.Consume, b.Consume = wl, wl, nil, nil
+	table = compare(a, b)
+	for _, want := range []string{"mode produce", "produce msg/s", "crown: produce run OK (nothing consumed: no delivery check)"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("produce-only compare table lacks %q:\n%s", want, table)
+		}
+	}
+	for _, bad := range []string{"lost", "duplicates", "verification", "consume msg/s"} {
+		if strings.Contains(table, bad) {
+			t.Errorf("produce-only compare table has %q:\n%s", bad, table)
+		}
+	}
+	wl.Mode = "consume"
+	a = &benchkit.Report{Broker: "crown", Workload: wl, OK: true, Consume: benchkit.NewThroughput(1000, 256000, 10, 1e9),
+		Verification: []benchkit.GroupResult{{Group: "bench-g0", Expected: 1000, Unique: 1000, OK: true}}}
+	b = &benchkit.Report{Broker: "jetstream", Workload: wl, OK: false, Consume: benchkit.NewThroughput(1000, 256000, 10, 1e9),
+		Verification: []benchkit.GroupResult{{Group: "bench-g0", Expected: 1000, Unique: 998, Lost: 2, Inferred: true}}}
+	table = compare(a, b)
+	for _, want := range []string{"mode consume", "consume msg/s", "lost", "crown: verification OK\n",
+		"jetstream: verification FAILED (expected count inferred from the deliveries)"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("consume-only compare table lacks %q:\n%s", want, table)
+		}
+	}
 }
