@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark a three-node Crown cluster against a three-node NATS JetStream
 # cluster on this machine, with the same workload, and print one table with
-# both results and the Crown/JetStream ratio of each figure. See --help.
+# both results and the Crown/JetStream ratio of each figure (with --phases,
+# one table for a produce-only and one for a consume-only run). See --help.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,10 +22,11 @@ WAIT="${BENCH_WAIT:-60}"
 # given twice: the last one wins).
 DEFAULT_FLAGS=(--count 500000 --payload-size 256 --push-batch 100 --pop-batch 100
 	--producers 8 --consumers 8 --partitions 8 --queues 1 --groups 1)
+PHASES=0 # --phases: a produce-only run, then a consume-only run of its messages
 
 usage() {
 	cat <<EOF
-Usage: scripts/bench-vs-nats.sh [BENCH FLAGS...]
+Usage: scripts/bench-vs-nats.sh [--phases] [BENCH FLAGS...]
 
 Runs one workload against two local three-node clusters in turn, each alone
 on the machine: NATS JetStream (nats-server, R3 file-storage streams, durable
@@ -39,13 +41,27 @@ flags) overrides it, for example:
   scripts/bench-vs-nats.sh --count 100000
   scripts/bench-vs-nats.sh --duration 30s --count 0
 
+--phases: instead of producing and consuming at once, run for each broker,
+with its cluster started once, a produce-only run (--mode produce) and then
+a consume-only run (--mode consume, same --run-id) that drains the messages
+the produce run stored and checks them exactly once (lost and duplicates are
+counted there, against the produce run's count; when the produce run did not
+confirm its whole --count, e.g. with --duration, the consume run infers the
+expected count from the highest sequence number of each producer and cannot
+see losses at the end of a sequence). Prints one table per phase, also saved
+in $WORK/compare-phases.txt; reports in
+$WORK/{jetstream,crown}-{produce,consume}.json. The script sets --mode (and
+a --run-id shared by the four runs, unless one is given).
+
 Steps: builds bin/crownd, bin/crownctl and bin/natsbench; installs
 nats-server from Debian's packages when it is missing (apt-get install -y
 nats-server, as root or through sudo); deletes and recreates $WORK;
 starts the NATS cluster (client ports $NATS_PORT-$((NATS_PORT + 2))), runs the
-bench, stops it; starts the Crown cluster (HTTP $CROWN_HTTP-$((CROWN_HTTP + 2)), Raft
-$CROWN_RAFT-$((CROWN_RAFT + 2))), runs the bench, stops it. Reports are kept in
-$WORK/{jetstream,crown}.json, logs under $WORK.
+bench (both phases with --phases), stops it; starts the Crown cluster (HTTP
+$CROWN_HTTP-$((CROWN_HTTP + 2)), Raft $CROWN_RAFT-$((CROWN_RAFT + 2))), runs the bench, stops it. Reports
+are kept in $WORK/{jetstream,crown}.json, logs under $WORK. Under
+each table: the CPU seconds (user+system) the three servers used during
+that run.
 
 Only processes this script started are stopped: pid files, checked against
 /proc/<pid>/cmdline, also on an interrupt or an error.
@@ -206,6 +222,116 @@ cpu_seconds() {
 	awk -v t="$1" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", t / hz }'
 }
 
+# report_field FILE SECTION KEY: the value of "KEY" in the top-level object
+# "SECTION" of a report written by --json (indented by two spaces, one key
+# a line), without quotes; empty when absent.
+report_field() {
+	awk -v sec="  \"$2\": {" -v key="    \"$3\": " '
+		$0 == sec { in_sec = 1; next }
+		in_sec && /^  }/ { exit }
+		in_sec && index($0, key) == 1 {
+			v = substr($0, length(key) + 1)
+			sub(/,$/, "", v)
+			gsub(/"/, "", v)
+			print v
+			exit
+		}' "$1"
+}
+
+# ratio A B: A/B with two decimals, "-" when B is 0.
+ratio() {
+	awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'
+}
+
+# run_phases BROKER BENCH PIDFILE...: against BROKER's running cluster, a
+# produce-only run, then a consume-only run of the messages it stored (same
+# run id; the produce run's count when it confirmed all of it, else an
+# inferred one). BENCH is a function running the broker's driver with the
+# flags it is given (PHASE_FLAGS first). Writes $WORK/BROKER-produce.json and
+# $WORK/BROKER-consume.json, the servers' CPU seconds of each phase in
+# CPU[BROKER-produce] and CPU[BROKER-consume]; a failed run sets PHASES_RC=1.
+run_phases() {
+	local broker="$1" bench="$2"
+	shift 2
+	local produce="$WORK/$broker-produce.json" consume="$WORK/$broker-consume.json"
+	local c0 c1 run_id count confirmed
+	log "produce-only phase against $broker"
+	c0="$(cpu_ticks "$@")"
+	"$bench" "${PHASE_FLAGS[@]}" --mode produce >"$produce" || PHASES_RC=1
+	c1="$(cpu_ticks "$@")"
+	CPU[$broker-produce]="$(cpu_seconds $((c1 - c0)))"
+	if [[ ! -s "$produce" ]]; then
+		log "the produce-only run against $broker wrote no report: no consume-only run"
+		PHASES_RC=1
+		return 0
+	fi
+	run_id="$(report_field "$produce" workload run_id)"
+	count="$(report_field "$produce" workload count)"
+	confirmed="$(report_field "$produce" produce messages)"
+	[[ "$run_id" =~ ^[A-Za-z0-9]+$ && "$count" =~ ^[0-9]+$ ]] ||
+		die "$produce: no workload run_id and count (run_id '$run_id', count '$count')"
+	[[ "$confirmed" =~ ^[0-9]+$ ]] || confirmed=0
+	if ((count == 0 || confirmed != count)); then
+		if ((count == 0)); then
+			log "the produce-only run against $broker had no --count (it confirmed $confirmed messages):"
+		else
+			log "the produce-only run against $broker confirmed $confirmed of its $count messages:"
+		fi
+		log "  the consume-only run infers the expected count per producer (losses at the end of a producer's sequence go unseen)"
+		count=0
+	fi
+	log "consume-only phase against $broker (run $run_id, count $count)"
+	"$bench" "${PHASE_FLAGS[@]}" --mode consume --run-id "$run_id" --count "$count" >"$consume" || PHASES_RC=1
+	CPU[$broker-consume]="$(cpu_seconds $(($(cpu_ticks "$@") - c1)))"
+	[[ -s "$consume" ]] || PHASES_RC=1
+	return 0
+}
+
+nats_bench() { "$BIN_DIR/natsbench" --url "$(nats_urls)" "$@" --json; }
+crown_bench() { "$BIN_DIR/crownctl" --url "$(crown_urls)" bench run "$@" --json; }
+
+# main_phases FLAGS...: --phases, with the clusters cleaned up by main.
+main_phases() {
+	local run_id
+	run_id="$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')"
+	# The run id goes before the given flags, so that a --run-id given wins.
+	PHASE_FLAGS=("${DEFAULT_FLAGS[@]}" --run-id "$run_id" "$@")
+	PHASES_RC=0
+	declare -gA CPU=()
+	local f broker phase
+	for f in {jetstream,crown}-{produce,consume}.json compare-phases.txt; do
+		rm -f -- "${WORK:?}/$f"
+	done
+	LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
+	log "workload (phases: produce, then consume): ${PHASE_FLAGS[*]}"
+
+	start_nats
+	run_phases jetstream nats_bench "$NATS_DIR"/n{1,2,3}.pid
+	stop_nats
+
+	crown_cluster start >&2
+	run_phases crown crown_bench "$CROWN_DIR"/node{1,2,3}.pid
+	crown_cluster stop >&2
+
+	for broker in jetstream crown; do
+		for phase in produce consume; do
+			[[ -s "$WORK/$broker-$phase.json" ]] || die "the $phase-only run against $broker wrote no report (see above)"
+		done
+	done
+	echo
+	{
+		for phase in produce consume; do
+			echo "=== $phase-only phase ==="
+			"$BIN_DIR/crownctl" bench compare "$WORK/crown-$phase.json" "$WORK/jetstream-$phase.json"
+			echo "server CPU during the $phase-only run (3 nodes, user+system): crown ${CPU[crown-$phase]} s," \
+				"jetstream ${CPU[jetstream-$phase]} s (crown/jetstream $(ratio "${CPU[crown-$phase]}" "${CPU[jetstream-$phase]}"))"
+			echo
+		done
+		echo "machine: $(nproc) cores, load average before the runs: $LOAD_BEFORE"
+	} | tee "$WORK/compare-phases.txt"
+	return "$PHASES_RC"
+}
+
 crown_cluster() {
 	CROWN_CLUSTER_DIR="$CROWN_DIR" CROWN_CLUSTER_HTTP_BASE="$CROWN_HTTP" \
 		CROWN_CLUSTER_RAFT_BASE="$CROWN_RAFT" CROWN_CLUSTER_WAIT="$WAIT" \
@@ -223,6 +349,12 @@ cleanup() {
 }
 
 main() {
+	local -a args=()
+	local a
+	for a in "$@"; do
+		if [[ "$a" == --phases ]]; then PHASES=1; else args+=("$a"); fi
+	done
+	set -- "${args[@]}"
 	case "${1:-}" in
 	-h | --help | help)
 		usage
@@ -248,6 +380,10 @@ main() {
 	if [[ -d "$CROWN_DIR" ]]; then crown_cluster stop >&2; fi
 	rm -rf -- "$NATS_DIR" "$CROWN_DIR"
 	mkdir -p -- "$WORK"
+	if ((PHASES)); then
+		main_phases "$@"
+		return
+	fi
 
 	local rc=0
 	LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
