@@ -8,7 +8,7 @@ GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 # Tests run with the race detector; CI machines have 2 cores.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: all build run test test-short bench bench-nats lint fmt cluster cluster-stop docker-image docker-cluster docker-cluster-stop chaos-short chaos chaos-docker clean
+.PHONY: all build run test test-short bench bench-nats bench-nats-phases lint fmt cluster cluster-stop docker-image docker-cluster docker-cluster-stop chaos-short chaos chaos-docker clean
 
 all: build
 
@@ -38,6 +38,11 @@ bench: build
 # scripts/bench-vs-nats.sh --help.
 bench-nats:
 	./scripts/bench-vs-nats.sh $(BENCH_FLAGS)
+
+# The same two clusters, but a produce-only run and then a consume-only run
+# of its messages against each, one table per phase (--phases).
+bench-nats-phases:
+	./scripts/bench-vs-nats.sh --phases $(BENCH_FLAGS)
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
