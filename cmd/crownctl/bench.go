@@ -127,8 +127,16 @@ func benchRun(ctx context.Context, e *env, _ []string) error {
 		return err
 	}
 	if cfg.Mode == benchkit.ModeProduce && rep.Produce != nil {
+		// A consume run with --count N expects producer p to have sent
+		// its even share of N: true only when every producer sent all of
+		// --count. After --duration or given-up pushes the shares differ,
+		// so the consume run must infer them (--count 0).
+		count := cfg.Count
+		if count == 0 || rep.Produce.Messages != count {
+			count = 0
+		}
 		fmt.Fprintf(e.stderr, "to consume these: crownctl --url %s bench run --mode consume --run-id %s --producers %d --count %d --prefix %s --queues %d\n",
-			strings.Join(e.client.URLs, ","), cfg.RunID, cfg.Producers, rep.Produce.Messages, cfg.Prefix, cfg.Queues)
+			strings.Join(e.client.URLs, ","), cfg.RunID, cfg.Producers, count, cfg.Prefix, cfg.Queues)
 	}
 	if !rep.OK {
 		return errors.New("bench failed (see the report)")

@@ -223,6 +223,45 @@ func TestBenchRetriesPushes(t *testing.T) {
 	}
 }
 
+// TestBenchProduceHint checks the consume command a produce run prints:
+// its --count must let the consume run verify what was produced, also when
+// the producers did not each send an even share of --count (--duration).
+func TestBenchProduceHint(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		wantCount string
+	}{
+		{"count", []string{"--count", "500"}, "--count 500 "},
+		{"duration", []string{"--count", "0", "--duration", "200ms", "--push-batch", "7"}, "--count 0 "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(&fakeQueen{seen: map[string]bool{}})
+			defer srv.Close()
+			args := append([]string{"--url", srv.URL, "--json", "bench", "run", "--mode", "produce", "--producers", "3",
+				"--progress", "off"}, tc.args...)
+			rep, code, stderr := runBench(t, args...)
+			if code != 0 || rep.Produce == nil {
+				t.Fatalf("produce: exit %d: %s", code, stderr)
+			}
+			_, hint, ok := strings.Cut(stderr, "to consume these: crownctl ")
+			if !ok || !strings.Contains(hint, tc.wantCount) {
+				t.Fatalf("hint %q lacks %q", hint, tc.wantCount)
+			}
+			hint = strings.TrimSpace(hint)
+			rep, code, stderr = runBench(t, append(append([]string{"--json"}, strings.Fields(hint)...),
+				"--progress", "off", "--idle-timeout", "500ms")...)
+			if code != 0 {
+				t.Fatalf("consume with the hint %q: exit %d: %s %+v", hint, code, stderr, rep.Verification)
+			}
+			checkExactlyOnce(t, rep, 1, rep.Verification[0].Expected)
+			if got := rep.Verification[0].Unique; got == 0 || got != rep.Consume.Messages {
+				t.Errorf("consumed %d unique of %d deliveries", got, rep.Consume.Messages)
+			}
+		})
+	}
+}
+
 func TestBenchUsageAndCompare(t *testing.T) {
 	for _, args := range [][]string{
 		{"bench", "run", "--mode", "sideways"},
