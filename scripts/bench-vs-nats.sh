@@ -55,7 +55,8 @@ a --run-id shared by the four runs, unless one is given).
 
 Steps: builds bin/crownd, bin/crownctl and bin/natsbench; installs
 nats-server from Debian's packages when it is missing (apt-get install -y
-nats-server, as root or through sudo); deletes and recreates $WORK;
+nats-server, as root or through sudo); deletes and recreates $NATS_DIR
+and $CROWN_DIR (earlier reports in $WORK stay until overwritten);
 starts the NATS cluster (client ports $NATS_PORT-$((NATS_PORT + 2))), runs the
 bench (both phases with --phases), stops it; starts the Crown cluster (HTTP
 $CROWN_HTTP-$((CROWN_HTTP + 2)), Raft $CROWN_RAFT-$((CROWN_RAFT + 2))), runs the bench, stops it. Reports
