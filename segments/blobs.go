@@ -203,14 +203,11 @@ func (s *blobSet) read(ref blobRef) ([]byte, error) {
 }
 
 // collect unlinks the files found dead by earlier commits, if no read
-// transaction is open; otherwise it leaves them for a later commit.
-func (s *blobSet) collect(wait bool) error {
-	if len(s.dead) == 0 {
-		return nil
-	}
-	if wait {
-		s.gc.Lock()
-	} else if !s.gc.TryLock() {
+// transaction is open; otherwise it leaves them for a later commit (or, at
+// close, for the next open, which removes files no record names). It never
+// waits: a long snapshot stream must not stall the apply loop or shutdown.
+func (s *blobSet) collect() error {
+	if len(s.dead) == 0 || !s.gc.TryLock() {
 		return nil
 	}
 	defer s.gc.Unlock()
@@ -232,10 +229,15 @@ func (s *blobSet) collect(wait bool) error {
 }
 
 func (s *blobSet) close() error {
-	err := s.collect(true)
+	err := s.collect()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Written without fsync while open: a clean close must leave them on
+	// disk, since after one the state is trusted across a machine crash.
 	for no, f := range s.files {
+		if serr := f.Sync(); serr != nil && err == nil {
+			err = fmt.Errorf("sync blob file %d: %w", no, serr)
+		}
 		if cerr := f.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("close blob file %d: %w", no, cerr)
 		}
@@ -329,7 +331,7 @@ func (s *blobSet) commit(w *blobTx, dead []uint64) error {
 	s.active, s.activeLen = w.active, w.base+int64(len(w.pending))
 	s.lastPending = len(w.pending)
 	s.dead = append(s.dead, dead...)
-	return s.collect(false)
+	return s.collect()
 }
 
 // abort forgets a transaction that did not commit. Bytes it may have written
