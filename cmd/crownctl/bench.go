@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -79,12 +81,14 @@ var benchOpts struct {
 	cfg           benchkit.Config
 	queueMode     bool
 	popPartitions int
+	cpuProfile    string
 }
 
 func benchFlags(fs *flag.FlagSet) {
 	benchkit.RegisterFlags(fs, &benchOpts.cfg)
 	fs.BoolVar(&benchOpts.queueMode, "queue-mode", false, "consume in queue mode (no consumerGroup) instead of group PREFIX-g0; needs --groups 1")
 	fs.IntVar(&benchOpts.popPartitions, "pop-partitions", 1, "partitions one pop may claim (the pop's partitions parameter)")
+	fs.StringVar(&benchOpts.cpuProfile, "cpuprofile", "", "write the load generator's own CPU profile to this file (it shares the machine with the servers)")
 }
 
 func benchRun(ctx context.Context, e *env, _ []string) error {
@@ -107,6 +111,17 @@ func benchRun(ctx context.Context, e *env, _ []string) error {
 	defer reraise()
 
 	fmt.Fprintf(e.stderr, "crown bench: %s\n", cfg.Describe())
+	if benchOpts.cpuProfile != "" {
+		f, err := os.Create(benchOpts.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var counters benchkit.Counters
 	prog := benchkit.StartProgress(e.stderr, &counters, cfg.Progress)
 	rep := benchkit.Run(ctx, &cfg, d, &counters)
@@ -305,11 +320,8 @@ func (p *crownProducer) Push(ctx context.Context, items []benchkit.Item) (int, e
 	if status != http.StatusCreated && status != http.StatusOK {
 		return 0, statusError(status, u, body)
 	}
-	var results []struct {
-		Status string `json:"status"`
-		Error  string `json:"error"`
-	}
-	if err := json.Unmarshal(body, &results); err != nil {
+	results, err := pushResults(body)
+	if err != nil {
 		return 0, fmt.Errorf("POST %s: answer: %w", u, err)
 	}
 	if len(results) != len(items) {
@@ -334,6 +346,7 @@ type crownConsumer struct {
 	paths []string // one per queue this consumer reads
 	queue int      // index in paths
 	empty int      // empty answers in a row
+	body  []byte   // the last ack request, reused
 }
 
 type crownHandle struct{ partitionID, leaseID string }
@@ -365,46 +378,17 @@ func (c *crownConsumer) Pop(ctx context.Context) ([]benchkit.Delivery, error) {
 		default:
 			return nil, statusError(status, u, body)
 		}
-		var ans struct {
-			Messages []struct {
-				TransactionID string          `json:"transactionId"`
-				PartitionID   string          `json:"partitionId"`
-				LeaseID       string          `json:"leaseId"`
-				Data          json.RawMessage `json:"data"`
-			} `json:"messages"`
-		}
-		if err := json.Unmarshal(body, &ans); err != nil {
+		ds, err := popDeliveries(body)
+		if err != nil {
 			return nil, fmt.Errorf("GET %s: answer: %w", u, err)
-		}
-		ds := make([]benchkit.Delivery, len(ans.Messages))
-		for i, m := range ans.Messages {
-			ds[i] = benchkit.Delivery{TxnID: m.TransactionID, Bytes: len(m.Data),
-				Handle: crownHandle{partitionID: m.PartitionID, leaseID: m.LeaseID}}
 		}
 		return ds, nil
 	}
 }
 
-type ackItem struct {
-	TransactionID string `json:"transactionId"`
-	PartitionID   string `json:"partitionId"`
-	LeaseID       string `json:"leaseId,omitempty"`
-	Status        string `json:"status"`
-}
-
 func (c *crownConsumer) Ack(ctx context.Context, ds []benchkit.Delivery) ([]bool, error) {
-	req := struct {
-		ConsumerGroup   string    `json:"consumerGroup,omitempty"`
-		Acknowledgments []ackItem `json:"acknowledgments"`
-	}{ConsumerGroup: c.group, Acknowledgments: make([]ackItem, len(ds))}
-	for i, d := range ds {
-		h := d.Handle.(crownHandle)
-		req.Acknowledgments[i] = ackItem{TransactionID: d.TxnID, PartitionID: h.partitionID, LeaseID: h.leaseID, Status: "completed"}
-	}
-	b, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
+	b := appendAckBatch(c.body[:0], c.group, ds)
+	c.body = b
 	u := c.d.base() + "/api/v1/ack/batch"
 	status, body, err := c.d.do(ctx, http.MethodPost, u, b)
 	if err != nil {
@@ -413,19 +397,16 @@ func (c *crownConsumer) Ack(ctx context.Context, ds []benchkit.Delivery) ([]bool
 	if status != http.StatusOK {
 		return nil, statusError(status, u, body)
 	}
-	var results []struct {
-		Success bool    `json:"success"`
-		Error   *string `json:"error"`
-	}
-	if err := json.Unmarshal(body, &results); err != nil {
+	ok, err := ackResults(body)
+	if err != nil {
 		return nil, fmt.Errorf("POST %s: answer: %w", u, err)
 	}
-	if len(results) != len(ds) {
-		return nil, fmt.Errorf("POST %s: %d results for %d acknowledgments", u, len(results), len(ds))
+	if len(ok) != len(ds) {
+		return nil, fmt.Errorf("POST %s: %d results for %d acknowledgments", u, len(ok), len(ds))
 	}
 	var failed []bool
-	for i, r := range results {
-		if !r.Success || (r.Error != nil && *r.Error != "") {
+	for i := range ok {
+		if !ok[i] {
 			if failed == nil {
 				failed = make([]bool, len(ds))
 			}
