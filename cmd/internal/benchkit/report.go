@@ -134,8 +134,12 @@ func (c *Config) Describe() string {
 	case c.Duration > 0:
 		amount += " or " + c.Duration.String()
 	}
-	return fmt.Sprintf("mode %s, %s x %d B, push batch %d, pop batch %d, %d producers, %d consumers x %d group(s), %d queue(s) x %d partitions, run %s",
-		c.Mode, amount, c.PayloadSize, c.PushBatch, c.PopBatch, c.Producers, c.Consumers, c.Groups, c.Queues, c.Partitions, c.RunID)
+	rate := ""
+	if c.Rate > 0 {
+		rate = fmt.Sprintf(" at %s msg/s", thousands(int64(c.Rate)))
+	}
+	return fmt.Sprintf("mode %s, %s x %d B%s, push batch %d, pop batch %d, %d producers, %d consumers x %d group(s), %d queue(s) x %d partitions, run %s",
+		c.Mode, amount, c.PayloadSize, rate, c.PushBatch, c.PopBatch, c.Producers, c.Consumers, c.Groups, c.Queues, c.Partitions, c.RunID)
 }
 
 // Render prints the report for a person.

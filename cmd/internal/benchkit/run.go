@@ -259,7 +259,28 @@ func produce(ctx context.Context, c *Config, p int, pc Producer, deadline time.T
 	limit := c.ProducerCount(p)
 	items := make([]Item, 0, c.PushBatch)
 	var buf []byte
+	// Paced (--rate): this producer's pushes are due at its share of the
+	// rate, and the producers' schedules are staggered evenly over one
+	// push interval so that they do not all send at the same instant.
+	// Latency is still timed from the send, so a push held up by a slow
+	// one before it does not count the wait.
+	var perMsg time.Duration
+	start := time.Now()
+	if c.Rate > 0 {
+		perMsg = time.Duration(float64(time.Second) * float64(c.Producers) / c.Rate)
+		start = start.Add(perMsg * time.Duration(c.PushBatch) * time.Duration(p) / time.Duration(c.Producers))
+	}
 	for seq := int64(0); limit < 0 || seq < limit; {
+		if c.Rate > 0 {
+			due := start.Add(perMsg * time.Duration(seq))
+			if d := time.Until(due); d > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(d):
+				}
+			}
+		}
 		if ctx.Err() != nil || (!deadline.IsZero() && !time.Now().Before(deadline)) {
 			return
 		}

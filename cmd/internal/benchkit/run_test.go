@@ -3,6 +3,7 @@ package benchkit
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -211,5 +212,22 @@ func TestRunInterrupted(t *testing.T) {
 	rep := Run(ctx, c, newFakeBroker(1), &counters)
 	if rep.OK || !rep.Interrupted || counters.Produced.Load() == 0 {
 		t.Fatalf("interrupted run: %+v", rep)
+	}
+}
+
+// TestRunRatePaces: with --rate the producers cannot finish before their
+// schedule (a lower bound, which sleeping guarantees), and still push
+// everything exactly once.
+func TestRunRatePaces(t *testing.T) {
+	c := testConfig(ModeBoth, 300, 3, 1)
+	c.Rate, c.IdleTimeout = 1000, time.Second
+	t0 := time.Now()
+	rep := runFake(t, c, newFakeBroker(1))
+	// Each producer's last batch (seq 90 of 100 at 333 msg/s) is due at 0.27 s.
+	if el := time.Since(t0); el < 250*time.Millisecond {
+		t.Errorf("300 messages at 1000 msg/s took %v", el)
+	}
+	if !rep.OK || rep.Produce.Messages != 300 || !strings.Contains(c.Describe(), "at 1,000 msg/s") {
+		t.Fatalf("report %+v, workload %q", rep, c.Describe())
 	}
 }

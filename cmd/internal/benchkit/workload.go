@@ -33,7 +33,8 @@ type Config struct {
 	Queues      int           `json:"queues"`
 	Groups      int           `json:"groups"`
 	Producers   int           `json:"producers"`
-	Consumers   int           `json:"consumers"` // per group
+	Consumers   int           `json:"consumers"`      // per group
+	Rate        float64       `json:"rate,omitempty"` // messages/s over all producers; 0: as fast as answered
 	Prefix      string        `json:"prefix"`
 	RunID       string        `json:"run_id"`
 	IdleTimeout time.Duration `json:"-"`
@@ -55,6 +56,7 @@ func RegisterFlags(fs *flag.FlagSet, c *Config) {
 	fs.IntVar(&c.Queues, "queues", 1, "queues: PREFIX-q0..; messages are spread over them too")
 	fs.IntVar(&c.Groups, "groups", 1, "consumer groups PREFIX-g0..; each receives every message")
 	fs.IntVar(&c.Producers, "producers", 8, "concurrent producers")
+	fs.Float64Var(&c.Rate, "rate", 0, "messages per second over all producers, each pacing its pushes to an even share (0: as fast as they are answered); for latency at a given load")
 	fs.IntVar(&c.Consumers, "consumers", 8, "concurrent consumers per consumer group")
 	fs.StringVar(&c.Prefix, "prefix", "bench", "name prefix of the queues and consumer groups (letters, digits, '-' and '_')")
 	fs.StringVar(&c.RunID, "run-id", "", "id in every transaction id, letters and digits (default: random; a consume run needs the produce run's)")
@@ -70,8 +72,8 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("--mode %q: want both, produce or consume", c.Mode)
 	}
-	if c.Count < 0 || c.Duration < 0 {
-		return errors.New("--count and --duration must not be negative")
+	if c.Count < 0 || c.Duration < 0 || c.Rate < 0 {
+		return errors.New("--count, --duration and --rate must not be negative")
 	}
 	if c.Count == 0 && c.Duration == 0 && c.Mode != ModeConsume {
 		c.Count = DefaultCount
