@@ -150,7 +150,7 @@ func (f *FSM) writeMarker(clean bool) error {
 	if err := os.Rename(p+".tmp", p); err != nil {
 		return fmt.Errorf("write state marker: %w", err)
 	}
-	return syncDir(f.cfg.Dir)
+	return segments.SyncDir(f.cfg.Dir)
 }
 
 // Close syncs and closes the state database and records a clean close.
@@ -382,7 +382,7 @@ func (f *FSM) swapIn(tmp string) (uint64, error) {
 	if err := os.Rename(tmp, f.dbPath()); err != nil {
 		return 0, fmt.Errorf("swap in snapshot: %w", err)
 	}
-	if err := syncDir(f.cfg.Dir); err != nil {
+	if err := segments.SyncDir(f.cfg.Dir); err != nil {
 		return 0, err
 	}
 	st, err := segments.Open(f.dbPath(), segments.StoreOptions{NoSync: !f.cfg.Sync, MmapSize: 1 << 30})
@@ -416,16 +416,4 @@ func writeStreamSync(path string, r io.Reader) error {
 
 func writeFileSync(path string, b []byte) error {
 	return writeStreamSync(path, strings.NewReader(string(b)))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open %s for sync: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
 }

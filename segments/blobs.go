@@ -269,7 +269,7 @@ func (s *blobSet) begin(t *Tx) error {
 		return fmt.Errorf("create blob file %d: %w", no, err)
 	}
 	if s.sync {
-		if err := syncDir(s.dir); err != nil {
+		if err := SyncDir(s.dir); err != nil {
 			f.Close()
 			return err
 		}
@@ -410,7 +410,9 @@ func (t *Tx) segmentBlob(v []byte) (blobRef, []byte, error) {
 	return ref, blob, err
 }
 
-func syncDir(dir string) error {
+// SyncDir fsyncs a directory, making the names created or renamed in it
+// durable.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("open %s for sync: %w", dir, err)

@@ -94,6 +94,36 @@ func fill(t *testing.T, s *Store, p *Partition, n int, tag string) {
 	}
 }
 
+// filledStore opens a store at a new path, not closed at cleanup (the test
+// closes and reopens it), with n one-message segments in partition q/p.
+func filledStore(t *testing.T, n int) (string, *Store, *Partition) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, err := Open(path, StoreOptions{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p *Partition
+	update(t, s, func(tx *Tx) error { p = newPartition(t, tx, "q", "p"); return nil })
+	fill(t, s, p, n, "a")
+	return path, s, p
+}
+
+// snapshotOf streams a snapshot of s.
+func snapshotOf(t testing.TB, s *Store) []byte {
+	t.Helper()
+	rs, err := s.BeginSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	var b bytes.Buffer
+	if _, err := rs.WriteTo(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
 func TestBlobFilesRollOverAndAreReclaimed(t *testing.T) {
 	s := openSized(t, filepath.Join(t.TempDir(), "state.db"), 200)
 	var p *Partition
@@ -217,14 +247,7 @@ func TestFailedUpdateWritesNoBlob(t *testing.T) {
 // bytes past the recorded length: opening cuts them off, and the state reads
 // as committed.
 func TestOpenCutsUncommittedBlobBytes(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
-	s, err := Open(path, StoreOptions{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p *Partition
-	update(t, s, func(tx *Tx) error { p = newPartition(t, tx, "q", "p"); return nil })
-	fill(t, s, p, 3, "a")
+	path, s, p := filledStore(t, 3)
 	_, before, _ := s.Digest()
 	active := filepath.Join(s.blobs.dir, blobFileName(s.blobs.active))
 	if err := s.Close(); err != nil {
@@ -277,14 +300,7 @@ func TestOpenRemovesUnreferencedBlobs(t *testing.T) {
 }
 
 func TestMissingBlobFileIsCorrupt(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
-	s, err := Open(path, StoreOptions{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p *Partition
-	update(t, s, func(tx *Tx) error { p = newPartition(t, tx, "q", "p"); return nil })
-	fill(t, s, p, 1, "a")
+	path, s, _ := filledStore(t, 1)
 	active := filepath.Join(s.blobs.dir, blobFileName(s.blobs.active))
 	s.Close()
 	if err := os.Truncate(active, 3); err != nil {
@@ -329,15 +345,7 @@ func TestDigestAndSnapshotIgnoreFileLayout(t *testing.T) {
 		t.Fatal("same content in different blob files, different digests")
 	}
 
-	var stream bytes.Buffer
-	rs, err := small.BeginSnapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rs.WriteTo(&stream); err != nil {
-		t.Fatal(err)
-	}
-	rs.Close()
+	stream := snapshotOf(t, small)
 	target := filepath.Join(t.TempDir(), "restored.db")
 	old := openSized(t, target, 0) // a node with state of its own
 	fill(t, old, func() *Partition {
@@ -346,7 +354,7 @@ func TestDigestAndSnapshotIgnoreFileLayout(t *testing.T) {
 		return p
 	}(), 2, "o")
 	old.Close()
-	tmp, err := ReceiveSnapshot(bytes.NewReader(stream.Bytes()), target)
+	tmp, err := ReceiveSnapshot(bytes.NewReader(stream), target)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,16 +391,7 @@ func TestReceiveSnapshotRejectsDamage(t *testing.T) {
 	var p *Partition
 	update(t, s, func(tx *Tx) error { p = newPartition(t, tx, "q", "p"); return nil })
 	fill(t, s, p, 3, "m")
-	var stream bytes.Buffer
-	rs, err := s.BeginSnapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rs.WriteTo(&stream); err != nil {
-		t.Fatal(err)
-	}
-	rs.Close()
-	good := stream.Bytes()
+	good := snapshotOf(t, s)
 	cases := map[string][]byte{
 		"garbage":        []byte("not a snapshot at all"),
 		"empty":          nil,
@@ -439,17 +438,9 @@ func FuzzReceiveSnapshot(f *testing.F) {
 	}); err != nil {
 		f.Fatal(err)
 	}
-	var stream bytes.Buffer
-	rs, err := s.BeginSnapshot()
-	if err != nil {
-		f.Fatal(err)
-	}
-	if _, err := rs.WriteTo(&stream); err != nil {
-		f.Fatal(err)
-	}
-	rs.Close()
+	stream := snapshotOf(f, s)
 	s.Close()
-	f.Add(stream.Bytes())
+	f.Add(stream)
 	f.Add([]byte("CROWNSS2"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		target := filepath.Join(t.TempDir(), "state.db")

@@ -187,7 +187,7 @@ func receive(br *bufio.Reader, sum hash.Hash32, tmp, dir string, gen uint64, dur
 		return fmt.Errorf("snapshot stream checksum mismatch: %w", ErrCorrupt)
 	}
 	if durable {
-		if err := syncDir(dir); err != nil {
+		if err := SyncDir(dir); err != nil {
 			return err
 		}
 	}
