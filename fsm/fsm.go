@@ -83,7 +83,7 @@ func Open(cfg Config) (*FSM, error) {
 	if err := f.checkCrash(); err != nil {
 		return nil, err
 	}
-	st, err := segments.Open(f.dbPath(), segments.StoreOptions{NoSync: !cfg.Sync, MmapSize: 1 << 30})
+	st, err := segments.Open(f.dbPath(), f.storeOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -104,6 +104,10 @@ func Open(cfg Config) (*FSM, error) {
 }
 
 func (f *FSM) dbPath() string { return filepath.Join(f.cfg.Dir, dbFile) }
+
+func (f *FSM) storeOptions() segments.StoreOptions {
+	return segments.StoreOptions{NoSync: !f.cfg.Sync, MmapSize: 1 << 30, Logger: f.log}
+}
 
 // checkCrash discards a state database that may be torn: one written without
 // fsync whose last session ended in a machine crash (the boot id changed and
@@ -385,7 +389,7 @@ func (f *FSM) swapIn(tmp string) (uint64, error) {
 	if err := segments.SyncDir(f.cfg.Dir); err != nil {
 		return 0, err
 	}
-	st, err := segments.Open(f.dbPath(), segments.StoreOptions{NoSync: !f.cfg.Sync, MmapSize: 1 << 30})
+	st, err := segments.Open(f.dbPath(), f.storeOptions())
 	if err != nil {
 		return 0, fmt.Errorf("reopen restored state: %w", err)
 	}

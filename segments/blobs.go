@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -153,6 +154,7 @@ type blobSet struct {
 	gen      uint64
 	sync     bool
 	fileSize int64
+	log      *slog.Logger
 
 	gc sync.RWMutex
 
@@ -206,12 +208,14 @@ func (s *blobSet) read(ref blobRef) ([]byte, error) {
 // transaction is open; otherwise it leaves them for a later commit (or, at
 // close, for the next open, which removes files no record names). It never
 // waits: a long snapshot stream must not stall the apply loop or shutdown.
-func (s *blobSet) collect() error {
+// A failed unlink is logged and retried: the commit that freed the file
+// stands, and the file is only wasted space until it goes.
+func (s *blobSet) collect() {
 	if len(s.dead) == 0 || !s.gc.TryLock() {
-		return nil
+		return
 	}
 	defer s.gc.Unlock()
-	var errs []error
+	var retry []uint64
 	for _, no := range s.dead {
 		s.mu.Lock()
 		f := s.files[no]
@@ -221,15 +225,16 @@ func (s *blobSet) collect() error {
 			f.Close()
 		}
 		if err := os.Remove(filepath.Join(s.dir, blobFileName(no))); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("remove blob file %d: %w", no, err))
+			s.log.Warn("cannot remove an unreferenced blob file yet; retrying after later commits", "file", no, "error", err)
+			retry = append(retry, no)
 		}
 	}
-	s.dead = s.dead[:0]
-	return errors.Join(errs...)
+	s.dead = append(s.dead[:0], retry...)
 }
 
 func (s *blobSet) close() error {
-	err := s.collect()
+	s.collect()
+	var err error
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// Written without fsync while open: a clean close must leave them on
@@ -322,7 +327,7 @@ func (s *blobSet) flush(t *Tx) (dead []uint64, err error) {
 
 // commit adopts a committed transaction's blob state and removes the files
 // it left unreferenced once no reader can still see them.
-func (s *blobSet) commit(w *blobTx, dead []uint64) error {
+func (s *blobSet) commit(w *blobTx, dead []uint64) {
 	if w.created != nil {
 		s.mu.Lock()
 		s.files[w.active] = w.created
@@ -331,7 +336,7 @@ func (s *blobSet) commit(w *blobTx, dead []uint64) error {
 	s.active, s.activeLen = w.active, w.base+int64(len(w.pending))
 	s.lastPending = len(w.pending)
 	s.dead = append(s.dead, dead...)
-	return s.collect()
+	s.collect()
 }
 
 // abort forgets a transaction that did not commit. Bytes it may have written

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -35,6 +36,9 @@ type StoreOptions struct {
 	// BlobFileSize is the size at which segment blobs move on to a new file
 	// (DefaultBlobFileSize when zero).
 	BlobFileSize int64
+	// Logger receives what the store does outside a transaction's result:
+	// a blob file it could not remove yet (it retries). Nil discards.
+	Logger *slog.Logger
 }
 
 // Open opens or creates the database at path and its blob files, and makes
@@ -104,7 +108,10 @@ func Open(path string, o StoreOptions) (*Store, error) {
 // files of this one without a record (removed after a commit that a crash
 // interrupted before the unlink).
 func openBlobs(db *bolt.DB, path string, gens []uint64, o StoreOptions) (*blobSet, error) {
-	s := &blobSet{sync: !o.NoSync, fileSize: o.BlobFileSize, files: map[uint64]*os.File{}}
+	s := &blobSet{sync: !o.NoSync, fileSize: o.BlobFileSize, files: map[uint64]*os.File{}, log: o.Logger}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
 	if s.fileSize <= 0 {
 		s.fileSize = DefaultBlobFileSize
 	}
@@ -251,7 +258,8 @@ func (s *Store) Update(fn func(*Tx) error) (err error) {
 		return fmt.Errorf("commit: %w", err)
 	}
 	committed = true
-	return s.blobs.commit(t.w, dead)
+	s.blobs.commit(t.w, dead)
+	return nil
 }
 
 // View runs fn in a read transaction.
