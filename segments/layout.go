@@ -36,8 +36,12 @@ var (
 	bucketFiles = []byte("files") // 'g', 'a', 'f' file(8) -> fileRec
 )
 
-// allBuckets lists every bucket in a fixed order. The order matters for the
-// state digest, which must be identical on every node.
+// storeBuckets is every bucket a store has: the state's, then the physical
+// accounting of its blob files.
+var storeBuckets = append(allBuckets[:len(allBuckets):len(allBuckets)], bucketFiles)
+
+// allBuckets lists every bucket of the state in a fixed order. The order
+// matters for the state digest, which must be identical on every node.
 var allBuckets = [][]byte{
 	bucketMeta, bucketQueues, bucketQueueIDs, bucketParts, bucketPartIDs,
 	bucketPartUUIDs, bucketSegments, bucketGroups, bucketQueueGroup,

@@ -254,7 +254,7 @@ func adoptReceived(path string, gen uint64, got map[uint64]uint64, durable bool)
 	}
 	defer db.Close()
 	return db.Update(func(tx *bolt.Tx) error {
-		for _, name := range append(allBuckets, bucketFiles) {
+		for _, name := range storeBuckets {
 			if tx.Bucket(name) == nil {
 				return fmt.Errorf("bucket %s missing: %w", name, ErrCorrupt)
 			}

@@ -60,7 +60,7 @@ func Open(path string, o StoreOptions) (*Store, error) {
 		return nil, err
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range append(allBuckets, bucketFiles) {
+		for _, name := range storeBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
@@ -177,6 +177,14 @@ func openBlobs(db *bolt.DB, path string, gens []uint64, o StoreOptions) (*blobSe
 			return nil, fmt.Errorf("blob file %d: %w", no, err)
 		}
 		s.files[no] = f
+	}
+	if s.sync { // the directory and files created above
+		for _, d := range []string{s.dir, filepath.Dir(s.dir)} {
+			if err := SyncDir(d); err != nil {
+				s.close()
+				return nil, err
+			}
+		}
 	}
 	s.activeLen = int64(recs[s.active].Len)
 	return s, nil
