@@ -285,7 +285,9 @@ func TestOJSQueueAdministration(t *testing.T) {
 			}
 		}
 		// A Queen-push-born queue under a policy: 60 s unless the policy sets it.
-		a := ojsDo(t, url(0), "GET", "/api/v1/resources/queues/pol.a", "").expect(t, 200)
+		// (A Queen read is served from local state; the push went through
+		// another node, so it asks for a linearizable read.)
+		a := ojsDo(t, url(0), "GET", "/api/v1/resources/queues/pol.a?consistency=linearizable", "").expect(t, 200)
 		if a.path("config.leaseTime") != 11.0 {
 			t.Fatalf("policy lease on the Queen view: %v", a.path("config.leaseTime"))
 		}
