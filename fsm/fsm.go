@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -402,12 +401,14 @@ func (f *FSM) swapIn(tmp string) (uint64, error) {
 	return applied, nil
 }
 
-func writeStreamSync(path string, r io.Reader) error {
+// writeFileSync writes b to a new file at path and fsyncs it (the state
+// marker, renamed into place after).
+func writeFileSync(path string, b []byte) error {
 	out, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(out, r); err != nil {
+	if _, err := out.Write(b); err != nil {
 		out.Close()
 		return err
 	}
@@ -416,8 +417,4 @@ func writeStreamSync(path string, r io.Reader) error {
 		return err
 	}
 	return out.Close()
-}
-
-func writeFileSync(path string, b []byte) error {
-	return writeStreamSync(path, strings.NewReader(string(b)))
 }

@@ -160,6 +160,32 @@ type eligibility struct {
 	wakeAt  int64  // when not ok: unix µs at which to look again, 0 if only a push helps
 }
 
+// deliverable counts up to want messages a pop could take from the
+// partition now, from e.start, and returns the last of them. It walks
+// references only (no message is read). When it stops at a message that is
+// still delayed, delayedAt is that message's commit time. Commit times are
+// monotone in a partition, so the delayed (or window-held) rest is a
+// contiguous tail.
+func (e *eligibility) deliverable(tx *segments.Tx, pid uint64, want uint32) (n uint32, last uint64, delayedAt int64) {
+	must(tx.ScanRanges(pid, e.start, func(first, end uint64, createdAt int64) (bool, error) {
+		if e.before != 0 {
+			end = min(end, e.before)
+		}
+		if first >= end {
+			return false, nil
+		}
+		if createdAt > e.visible {
+			delayedAt = createdAt
+			return false, nil
+		}
+		take := min(end-first, uint64(want-n))
+		n += uint32(take)
+		last = first + take - 1
+		return n < want, nil
+	}))
+	return n, last, delayedAt
+}
+
 func checkPartition(tx *segments.Tx, q *segments.Queue, part *segments.Partition, c *Lease, now int64) eligibility {
 	e := eligibility{g: must1(tx.Group(part.ID, c.Group))}
 	if e.g != nil {
@@ -211,8 +237,8 @@ func (a *applier) tryClaim(p *popState, q *segments.Queue, part *segments.Partit
 		arena  []byte // every payload of the claim, copied once
 		starts []int  // where each message's payload starts in arena
 	)
-	// Commit times are monotone in a partition: the delayed (or
-	// window-held) rest is a contiguous tail, where both walks stop.
+	// The node answering the pop copies the messages; the others only
+	// need the claimed range. Both stop at the same message.
 	if a.full {
 		must(a.tx.Scan(part.ID, start, func(sm *segments.StoredMessage) (bool, error) {
 			if sm.CreatedAt > e.visible || (e.before != 0 && sm.Offset >= e.before) {
@@ -229,19 +255,7 @@ func (a *applier) tryClaim(p *popState, q *segments.Queue, part *segments.Partit
 			return n < p.remaining, nil
 		}))
 	} else {
-		// Other nodes only need the claimed range: no message is read.
-		must(a.tx.ScanRanges(part.ID, start, func(first, end uint64, createdAt int64) (bool, error) {
-			if e.before != 0 {
-				end = min(end, e.before)
-			}
-			if first >= end || createdAt > e.visible {
-				return false, nil
-			}
-			take := min(end-first, uint64(p.remaining-n))
-			n += uint32(take)
-			last = first + take - 1
-			return n < p.remaining, nil
-		}))
+		n, last, _ = e.deliverable(a.tx, part.ID, p.remaining)
 	}
 	if n == 0 {
 		return false

@@ -73,20 +73,11 @@ func (f *FSM) CheckPopAs(c *Lease, principal string, now int64, count bool) (Pop
 				wake(e.wakeAt)
 				return true
 			}
-			must(tx.ScanRanges(part.ID, e.start, func(first, end uint64, createdAt int64) (bool, error) {
-				if e.before != 0 {
-					end = min(end, e.before)
-				}
-				if first >= end {
-					return false, nil
-				}
-				if createdAt > e.visible {
-					wake(createdAt + q.Options.DelayedProcessing*1e6)
-					return false, nil
-				}
-				pc.Deliverable += uint32(min(end-first, uint64(limit()-pc.Deliverable)))
-				return pc.Deliverable < limit(), nil
-			}))
+			n, _, delayedAt := e.deliverable(tx, part.ID, limit()-pc.Deliverable)
+			pc.Deliverable += n
+			if delayedAt != 0 {
+				wake(delayedAt + q.Options.DelayedProcessing*1e6)
+			}
 			return pc.Deliverable < limit()
 		}
 		forEachCandidate(tx, c, func(q *segments.Queue) {

@@ -367,7 +367,7 @@ func (r *runner) run(ctx context.Context) (rc int) {
 	defer close(progressDone)
 	wc := r.wl.Config()
 	r.logf("workload: %d queues x %d partitions (one producer each, %.1f pushes/s), groups %s, %d consumers per queue and group, lease %ds, failure rate %.0f%%",
-		len(queues), len(parts), wc.PushRate, strings.Join(groupNames(groups), ","), wc.ConsumersPerGroup, wc.LeaseSeconds, wc.FailureRate*100)
+		len(queues), len(parts), wc.PushRate, strings.Join(checker.GroupNames(groups), ","), wc.ConsumersPerGroup, wc.LeaseSeconds, wc.FailureRate*100)
 	sleepCtx(ctx, o.warmup)
 
 	for _, s := range scens {
@@ -425,14 +425,6 @@ func (r *runner) run(ctx context.Context) (rc int) {
 		fmt.Fprintf(r.out, "node data kept in %s, logs in %s\n", dataDir, logDir)
 	}
 	return exitViolation
-}
-
-func groupNames(gs []string) []string {
-	out := make([]string, len(gs))
-	for i, g := range gs {
-		out[i] = checker.GroupName(g)
-	}
-	return out
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

@@ -37,6 +37,7 @@ package checker
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -98,6 +99,15 @@ func GroupName(g string) string {
 		return "queue-mode"
 	}
 	return g
+}
+
+// GroupNames is GroupName of each.
+func GroupNames(gs []string) []string {
+	out := make([]string, len(gs))
+	for i, g := range gs {
+		out[i] = GroupName(g)
+	}
+	return out
 }
 
 // Counts are the operation counts by kind and outcome.
@@ -738,15 +748,11 @@ func (c *checker) final(op *history.Op) {
 			possible[qp]++
 		}
 	}
+	qps := slices.Sorted(maps.Keys(attempted))
 	for _, s := range op.States {
 		if s.Totals == nil {
 			continue
 		}
-		qps := make([]string, 0, len(attempted))
-		for qp := range attempted {
-			qps = append(qps, qp)
-		}
-		sort.Strings(qps)
 		for _, qp := range qps {
 			total := s.Totals[qp]
 			q, p, _ := strings.Cut(qp, "/")

@@ -211,7 +211,7 @@ func WriteText(w io.Writer, rep *Report) {
 		fmt.Fprintf(w, "run %s, backend %s, seed %d, started %s on %s\n", m.RunID, m.Backend, m.Seed,
 			m.Started.Format(time.RFC3339), m.Host)
 		fmt.Fprintf(w, "workload: queues %s x partitions %s, groups %s\n", strings.Join(m.Queues, ","),
-			strings.Join(m.Partitions, ","), strings.Join(groupNames(m.Groups), ","))
+			strings.Join(m.Partitions, ","), strings.Join(checker.GroupNames(m.Groups), ","))
 		fmt.Fprintf(w, "scenarios: %s\n", strings.Join(m.Scenarios, ", "))
 	}
 	fmt.Fprintf(w, "duration: %.1fs\n\n", r.DurationSec)
@@ -288,12 +288,4 @@ func trunc(s string, n int) string {
 		return s[:n-1] + "~"
 	}
 	return s
-}
-
-func groupNames(gs []string) []string {
-	out := make([]string, len(gs))
-	for i, g := range gs {
-		out[i] = checker.GroupName(g)
-	}
-	return out
 }
