@@ -127,8 +127,12 @@ type AckItem struct {
 	LeaseID     [16]byte
 	HasLease    bool
 	Status      uint8
-	StatusText  string
-	Error       string
+	// StatusText is what the client sent when Status is AckUnknown (the
+	// apply quotes it in the item's error), and empty otherwise: a known
+	// status needs no text in the log. Entries of earlier builds carry
+	// the text of every status; the apply reads it for AckUnknown only.
+	StatusText string
+	Error      string
 }
 
 // Ack acknowledges items for one consumer group.

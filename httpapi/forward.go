@@ -188,7 +188,8 @@ func (f *forwarder) relayWith(w http.ResponseWriter, r *http.Request, body []byt
 		return true
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	b, release, err := readAnswer(resp)
+	defer release()
 	if err != nil {
 		writeError(w, &apiError{Status: http.StatusServiceUnavailable, Code: codeUnknown,
 			Message: "Lost the leader's answer; the request may have been applied. Retry: pushes with the same transactionId are deduplicated"})
@@ -204,6 +205,21 @@ func (f *forwarder) relayWith(w http.ResponseWriter, r *http.Request, body []byt
 	w.Write(b)
 	return true
 }
+
+// readAnswer reads a forwarded answer whole before any of it is relayed,
+// so that a connection lost midway becomes a clean 503 rather than half a
+// 200. The bytes are valid until release is called.
+func readAnswer(resp *http.Response) ([]byte, func(), error) {
+	b, release, err := readPooled(resp.Body, resp.ContentLength, maxAnswerBytes+1)
+	if err == nil && len(b) > maxAnswerBytes {
+		err = fmt.Errorf("answer longer than %d bytes", maxAnswerBytes)
+	}
+	return b, release, err
+}
+
+// maxAnswerBytes only stops a misbehaving peer from exhausting memory: a
+// real answer is bounded by the request limits (README, Limits).
+const maxAnswerBytes = 1 << 30
 
 // errBecameLeader tells a forwarding caller that this node became the
 // leader while it waited: nothing was sent, serve the request here.

@@ -29,15 +29,8 @@ var DefaultLimits = Limits{MaxBodyBytes: 16 << 20, MaxItems: 10000, MaxPayloadBy
 // Queen requires a body on every POST, even where all fields are optional.
 func readBody(r *http.Request, limit int64) ([]byte, *apiError) {
 	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		return nil, badRequest(codeInvalidJSON, "", "Invalid JSON: reading body: %v", err)
-	}
-	if int64(len(b)) > limit {
-		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Code: codeTooLarge,
-			Message: fmt.Sprintf("Request body exceeds the limit of %d bytes", limit)}
-	}
-	if len(bytes.TrimSpace(b)) == 0 {
-		return nil, badRequest(codeEmptyBody, "", "Empty request body")
+	if aerr := checkBody(b, err, limit); aerr != nil {
+		return nil, aerr
 	}
 	return b, nil
 }
@@ -48,39 +41,62 @@ func readBody(r *http.Request, limit int64) ([]byte, *apiError) {
 // and written its answer (the proposer encodes a command before Propose
 // returns).
 func readBodyPooled(r *http.Request, limit int64) ([]byte, func(), *apiError) {
-	buf := getBuf()
-	release := func() { putBuf(buf) }
-	b := *buf
-	if n := r.ContentLength; n > 0 && n <= limit && int(n) > cap(b) {
-		b = make([]byte, 0, n+1)
+	b, release, err := readPooled(r.Body, r.ContentLength, limit+1)
+	if aerr := checkBody(b, err, limit); aerr != nil {
+		release()
+		return nil, func() {}, aerr
 	}
-	for {
+	return b, release, nil
+}
+
+// checkBody turns what reading up to limit+1 bytes of a body gave into the
+// request's error, if any.
+func checkBody(b []byte, err error, limit int64) *apiError {
+	switch {
+	case int64(len(b)) > limit:
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Code: codeTooLarge,
+			Message: fmt.Sprintf("Request body exceeds the limit of %d bytes", limit)}
+	case err != nil:
+		return badRequest(codeInvalidJSON, "", "Invalid JSON: reading body: %v", err)
+	case len(bytes.TrimSpace(b)) == 0:
+		return badRequest(codeEmptyBody, "", "Empty request body")
+	}
+	return nil
+}
+
+// readPooled reads rd to its end, or to max bytes, into a pooled buffer
+// sized from the announced length when there is one. The bytes are valid
+// until release is called.
+func readPooled(rd io.Reader, announced, max int64) (b []byte, release func(), err error) {
+	buf := getBuf()
+	release = func() { putBuf(buf) }
+	b = *buf
+	if announced > 0 && announced < max && int(announced) >= cap(b) {
+		// One byte more than announced, so the read that finds the end
+		// needs no larger buffer.
+		b = make([]byte, 0, announced+1)
+	}
+	for int64(len(b)) < max {
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)]
 		}
-		n, err := r.Body.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if int64(len(b)) > limit {
-			*buf = b[:0]
-			release()
-			return nil, func() {}, &apiError{Status: http.StatusRequestEntityTooLarge, Code: codeTooLarge,
-				Message: fmt.Sprintf("Request body exceeds the limit of %d bytes", limit)}
+		room := b[len(b):cap(b)]
+		if int64(len(room)) > max-int64(len(b)) {
+			room = room[:max-int64(len(b))]
 		}
+		var n int
+		n, err = rd.Read(room)
+		b = b[:len(b)+n]
 		if err == io.EOF {
+			err = nil
 			break
 		}
 		if err != nil {
-			*buf = b[:0]
-			release()
-			return nil, func() {}, badRequest(codeInvalidJSON, "", "Invalid JSON: reading body: %v", err)
+			break
 		}
 	}
 	*buf = b
-	if len(bytes.TrimSpace(b)) == 0 {
-		release()
-		return nil, func() {}, badRequest(codeEmptyBody, "", "Empty request body")
-	}
-	return b, release, nil
+	return b, release, err
 }
 
 // decodeObject validates b as one JSON object and returns its raw members
@@ -126,6 +142,19 @@ func optString(raw json.RawMessage, field, message string) (string, bool, *apiEr
 	return s, true, nil
 }
 
+// optBytes is optString for a member that is only compared or parsed: an
+// unescaped string comes back without a copy.
+func optBytes(raw json.RawMessage, field, message string) ([]byte, bool, *apiError) {
+	if isNull(raw) {
+		return nil, false, nil
+	}
+	b, ok := jsonscan.UnquoteBytes(raw)
+	if !ok {
+		return nil, false, badRequest(codeInvalidField, field, "%s", message)
+	}
+	return b, true, nil
+}
+
 func checkName(field, s string) *apiError {
 	if len(s) > fsm.MaxNameBytes {
 		return badRequest(codeLimit, field, "%s is %d bytes long; the limit is %d bytes", field, len(s), fsm.MaxNameBytes)
@@ -148,8 +177,8 @@ func rawPushItemOf(m map[string]json.RawMessage) rawPushItem {
 }
 
 // member stores one object member (scanner callback); unknown names are ignored.
-func (r *rawPushItem) member(k string, v []byte) error {
-	switch k {
+func (r *rawPushItem) member(k, v []byte) error {
+	switch string(k) {
 	case "queue":
 		r.Queue = v
 	case "partition":
@@ -212,7 +241,7 @@ func parsePushItems(raw json.RawMessage, field string, lim Limits, allowData boo
 
 func parsePushItem(raw json.RawMessage, field string, i int, lim Limits, allowData bool, out *fsm.PushItem) *apiError {
 	var r rawPushItem
-	if jsonscan.ObjectValid(raw, r.member) != nil {
+	if jsonscan.ObjectValidRaw(raw, r.member) != nil {
 		where := fmt.Sprintf("%s[%d]", field, i)
 		return badRequest(codeInvalidField, where, "%s must be an object", where)
 	}
@@ -420,8 +449,8 @@ type rawAck struct {
 	TransactionID, PartitionID, LeaseID, Status, ConsumerGroup, Error json.RawMessage
 }
 
-func (r *rawAck) member(k string, v []byte) error {
-	switch k {
+func (r *rawAck) member(k, v []byte) error {
+	switch string(k) {
 	case "transactionId":
 		r.TransactionID = v
 	case "partitionId":
@@ -449,23 +478,20 @@ func (r *rawAck) item(where, txMsg, partMsg string) (fsm.AckItem, *apiError) {
 	if !ok {
 		return it, badRequest(codeMissingField, where+"transactionId", "%s", txMsg)
 	}
-	part, ok := jsonString(r.PartitionID)
+	part, ok := jsonscan.UnquoteBytes(r.PartitionID)
 	if !ok {
 		return it, badRequest(codeMissingField, where+"partitionId", "%s", partMsg)
 	}
 	if len(tx) > fsm.MaxNameBytes {
 		return it, checkName(where+"transactionId", tx)
 	}
-	if err := checkName("transactionId", tx); err != nil {
-		return it, err
-	}
 	it.TxID = tx
 	it.PartitionID, it.PartitionOK = parseUUID(part)
-	lease, present, err := optString(r.LeaseID, where+"leaseId", "leaseId must be a string")
+	lease, present, err := optBytes(r.LeaseID, where+"leaseId", "leaseId must be a string")
 	if err != nil {
 		return it, err
 	}
-	if present && lease != "" {
+	if present && len(lease) > 0 {
 		// A lease id that is not a UUID keeps the zero id, which never
 		// matches a live lease.
 		if id, ok := parseUUID(lease); ok {
@@ -473,14 +499,17 @@ func (r *rawAck) item(where, txMsg, partMsg string) (fsm.AckItem, *apiError) {
 		}
 		it.HasLease = true
 	}
-	status, present, err := optString(r.Status, where+"status", "status must be a string")
+	status, present, err := optBytes(r.Status, where+"status", "status must be a string")
 	if err != nil {
 		return it, err
 	}
-	if !present {
-		status = "completed"
+	it.Status = fsm.AckCompleted
+	if present {
+		// Only an unknown status needs its text: the apply quotes it.
+		if it.Status = ackStatus(string(status)); it.Status == fsm.AckUnknown {
+			it.StatusText = string(status)
+		}
 	}
-	it.Status, it.StatusText = ackStatus(status), status
 	if it.Error, _, err = optString(r.Error, where+"error", "error must be a string"); err != nil {
 		return it, err
 	}
@@ -546,22 +575,26 @@ func parseAckBatch(body []byte, lim Limits) (*fsm.Ack, *apiError) {
 	}
 	c := &fsm.Ack{Group: g, Items: make([]fsm.AckItem, 0, 16)}
 	var aerr *apiError
+	const (
+		txMsg   = "Each acknowledgment must have a valid transactionId string"
+		partMsg = "Each acknowledgment must have a valid partitionId string"
+	)
 	serr := jsonscan.ArrayValid(raw, func(elem []byte) error {
 		i := len(c.Items)
-		where := fmt.Sprintf("acknowledgments[%d]", i)
 		if i == lim.MaxItems {
 			aerr = badRequest(codeLimit, "acknowledgments", "acknowledgments holds more than %d items; the limit is %d per request", lim.MaxItems, lim.MaxItems)
 			return aerr
 		}
 		var r rawAck
-		if jsonscan.ObjectValid(elem, r.member) != nil {
-			aerr = badRequest(codeInvalidField, where, "Each acknowledgment must be an object")
+		if jsonscan.ObjectValidRaw(elem, r.member) != nil {
+			aerr = badRequest(codeInvalidField, fmt.Sprintf("acknowledgments[%d]", i), "Each acknowledgment must be an object")
 			return aerr
 		}
-		it, e := r.item(where+".", "Each acknowledgment must have a valid transactionId string",
-			"Each acknowledgment must have a valid partitionId string")
+		it, e := r.item("", txMsg, partMsg)
 		if e != nil {
-			aerr = e
+			// The common case needs no field path: build it only for an
+			// error, by reading the item again with it.
+			_, aerr = r.item(fmt.Sprintf("acknowledgments[%d].", i), txMsg, partMsg)
 			return aerr
 		}
 		c.Items = append(c.Items, it)

@@ -270,7 +270,8 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request) (delivered, 
 	if resp.StatusCode == http.StatusNoContent {
 		return false, false
 	}
-	b, err := readAllLimited(resp)
+	b, release, err := readAnswer(resp)
+	defer release()
 	if err != nil {
 		writeError(w, &apiError{Status: 503, Code: codeUnknown, Message: "lost the leader's pop answer: " + err.Error()})
 		return false, true

@@ -2,16 +2,11 @@ package httpapi
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"time"
 
 	"github.com/crownmq/crown/fsm"
 )
-
-func readAllLimited(resp *http.Response) ([]byte, error) {
-	return io.ReadAll(io.LimitReader(resp.Body, 1<<30))
-}
 
 func statsJSON(s fsm.MessageStats) map[string]any {
 	return map[string]any{"total": s.Total, "pending": s.Pending, "processing": s.Processing,

@@ -89,22 +89,41 @@ func formatUUID(id [16]byte) string {
 
 // parseUUID accepts the canonical hyphenated form (any case) and 32 bare
 // hex digits.
-func parseUUID(s string) ([16]byte, bool) {
-	var id [16]byte
-	switch len(s) {
-	case 36:
+func parseUUID[T ~string | ~[]byte](s T) (id [16]byte, ok bool) {
+	dashed := len(s) == 36
+	if dashed {
 		if s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
 			return id, false
 		}
-		s = s[0:8] + s[9:13] + s[14:18] + s[19:23] + s[24:]
-	case 32:
-	default:
+	} else if len(s) != 32 {
 		return id, false
 	}
-	if _, err := hex.Decode(id[:], []byte(s)); err != nil {
-		return [16]byte{}, false
+	j := 0
+	for i := range id {
+		if dashed && (j == 8 || j == 13 || j == 18 || j == 23) {
+			j++
+		}
+		hi, lo := unhex(s[j]), unhex(s[j+1])
+		if hi > 0xf || lo > 0xf {
+			return [16]byte{}, false
+		}
+		id[i] = hi<<4 | lo
+		j += 2
 	}
 	return id, true
+}
+
+// unhex is one hex digit's value, or 0xff for any other byte.
+func unhex(c byte) byte {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0'
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10
+	}
+	return 0xff
 }
 
 // newUUIDv7 makes a time-ordered random UUID for ids the receiving node

@@ -149,6 +149,14 @@ func skipString(b []byte, i int) (int, error) {
 	i++
 	ascii := true
 	for i < len(b) {
+		// Plain ASCII is most of any string: step over it with one table
+		// lookup per byte before looking at what ends the run.
+		for i < len(b) && plainASCII[b[i]] {
+			i++
+		}
+		if i == len(b) {
+			break
+		}
 		c := b[i]
 		switch {
 		case c == '"':
@@ -182,6 +190,15 @@ func skipString(b []byte, i int) (int, error) {
 	}
 	return start, syntaxErr(i, "unterminated string")
 }
+
+// plainASCII marks the bytes a string may hold as they are: printable
+// ASCII other than the quote and the backslash.
+var plainASCII = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func isHex4(b []byte) bool {
 	for _, c := range b[:4] {
@@ -304,19 +321,23 @@ func IsNull(v []byte) bool { return len(v) == 0 || string(v) == "null" }
 
 // Unquote decodes a raw JSON string; ok is false for any other kind.
 func Unquote(v []byte) (string, bool) {
-	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
+	b, ok := UnquoteBytes(v)
+	if !ok {
 		return "", false
 	}
-	in := v[1 : len(v)-1]
-	esc := false
-	for _, c := range in {
-		if c == '\\' {
-			esc = true
-			break
-		}
+	return string(b), true
+}
+
+// UnquoteBytes is Unquote without the string: a string with no escape comes
+// back as a sub-slice of v, so reading a member that is only compared or
+// parsed (a name, a UUID) copies nothing.
+func UnquoteBytes(v []byte) ([]byte, bool) {
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
+		return nil, false
 	}
-	if !esc {
-		return string(in), true
+	in := v[1 : len(v)-1]
+	if bytes.IndexByte(in, '\\') < 0 {
+		return in, true
 	}
 	out := make([]byte, 0, len(in))
 	for i := 0; i < len(in); {
@@ -327,7 +348,7 @@ func Unquote(v []byte) (string, bool) {
 			continue
 		}
 		if i+1 >= len(in) {
-			return "", false
+			return nil, false
 		}
 		switch in[i+1] {
 		case '"', '\\', '/':
@@ -344,11 +365,11 @@ func Unquote(v []byte) (string, bool) {
 			out = append(out, '\t')
 		case 'u':
 			if i+6 > len(in) {
-				return "", false
+				return nil, false
 			}
 			r, err := strconv.ParseUint(string(in[i+2:i+6]), 16, 16)
 			if err != nil {
-				return "", false
+				return nil, false
 			}
 			i += 6
 			ru := rune(r)
@@ -369,11 +390,11 @@ func Unquote(v []byte) (string, bool) {
 			out = utf8.AppendRune(out, ru)
 			continue
 		default:
-			return "", false
+			return nil, false
 		}
 		i += 2
 	}
-	return string(out), true
+	return out, true
 }
 
 // ---- walking values already validated ----
@@ -445,6 +466,13 @@ func fastString(b []byte, i int) int {
 // returned): it only walks structure, so nested walks do not validate the
 // same bytes again.
 func ObjectValid(v []byte, fn func(key string, val []byte) error) error {
+	return ObjectValidRaw(v, func(key, val []byte) error { return fn(string(key), val) })
+}
+
+// ObjectValidRaw is ObjectValid with each member name as unquoted bytes,
+// valid only during the call: a caller that only compares names (switch
+// string(key)) allocates nothing per member.
+func ObjectValidRaw(v []byte, fn func(key, val []byte) error) error {
 	if len(v) == 0 || v[0] != '{' {
 		return ErrNotObject
 	}
@@ -457,7 +485,7 @@ func ObjectValid(v []byte, fn func(key string, val []byte) error) error {
 		if kend < 0 || v[i] != '"' {
 			return syntaxErr(i, "expected a member name")
 		}
-		key, ok := Unquote(v[i:kend])
+		key, ok := UnquoteBytes(v[i:kend])
 		if !ok {
 			return syntaxErr(i, "invalid member name")
 		}
