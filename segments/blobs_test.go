@@ -41,7 +41,7 @@ func checkAccounting(t *testing.T, s *Store) {
 	t.Helper()
 	view(t, s, func(tx *Tx) error {
 		live := map[uint64]uint64{}
-		c := tx.buckets[bSegments].Cursor()
+		c := tx.bucket(bSegments).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			ref, err := decodeRef(v)
 			if err != nil {
@@ -49,7 +49,7 @@ func checkAccounting(t *testing.T, s *Store) {
 			}
 			live[ref.File] += uint64(ref.Len)
 		}
-		fc := tx.buckets[bFiles].Cursor()
+		fc := tx.bucket(bFiles).Cursor()
 		recs := map[uint64]fileRec{}
 		for k, v := fc.Seek([]byte{'f'}); k != nil && k[0] == 'f'; k, v = fc.Next() {
 			r, err := decodeFileRec(v)

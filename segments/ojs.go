@@ -141,7 +141,7 @@ func (t *Tx) DeletePolicy(name string) error { return t.del(bPolicies, nameKey(n
 
 // HasPolicies reports whether any policy (the _default one included) is stored.
 func (t *Tx) HasPolicies() bool {
-	k, _ := t.buckets[bPolicies].Cursor().First()
+	k, _ := t.bucket(bPolicies).Cursor().First()
 	return k != nil
 }
 
@@ -187,7 +187,7 @@ func (t *Tx) ForEachQueueEvent(after uint64, fn func(*QueueEvent) (bool, error))
 // DeadLetterCount counts a queue's dead letters.
 func (t *Tx) DeadLetterCount(qid uint64) uint64 {
 	prefix := be64(qid)
-	c := t.buckets[bDLQ].Cursor()
+	c := t.bucket(bDLQ).Cursor()
 	var n uint64
 	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
 		n++
@@ -286,7 +286,7 @@ func (t *Tx) TruncateSegment(p *Partition, first uint64, keep uint64) (uint64, e
 // QueueCount counts the stored queues.
 func (t *Tx) QueueCount() uint64 {
 	var n uint64
-	c := t.buckets[bQueues].Cursor()
+	c := t.bucket(bQueues).Cursor()
 	for k, _ := c.First(); k != nil; k, _ = c.Next() {
 		n++
 	}

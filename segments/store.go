@@ -362,29 +362,34 @@ var bucketOrder = [...][]byte{
 }
 
 func newTx(btx *bolt.Tx, s *Store) *Tx {
-	t := &Tx{tx: btx, store: s}
-	for i, name := range bucketOrder {
-		t.buckets[i] = btx.Bucket(name)
-		if t.buckets[i] == nil {
-			panic(fmt.Sprintf("segments: bucket %s missing from an opened store", name))
-		}
-	}
-	if btx.Writable() {
-		// Append-mostly buckets: fill pages fully instead of splitting in half.
-		for _, i := range []int{bSegments, bDLQ, bTxIDs} {
-			t.buckets[i].FillPercent = 0.9
-		}
-	}
-	return t
+	return &Tx{tx: btx, store: s}
 }
 
-func (t *Tx) get(b int, key []byte) []byte { return t.buckets[b].Get(key) }
+// bucket opens bucket b on first use: a transaction touches a few of the
+// store's buckets, and opening one is a search of the root.
+func (t *Tx) bucket(b int) *bolt.Bucket {
+	if bk := t.buckets[b]; bk != nil {
+		return bk
+	}
+	bk := t.tx.Bucket(bucketOrder[b])
+	if bk == nil {
+		panic(fmt.Sprintf("segments: bucket %s missing from an opened store", bucketOrder[b]))
+	}
+	if t.tx.Writable() && (b == bSegments || b == bDLQ || b == bTxIDs) {
+		// Append-mostly buckets: fill pages fully instead of splitting in half.
+		bk.FillPercent = 0.9
+	}
+	t.buckets[b] = bk
+	return bk
+}
+
+func (t *Tx) get(b int, key []byte) []byte { return t.bucket(b).Get(key) }
 
 func (t *Tx) put(b int, key, val []byte) error {
 	if t.depth > 0 {
 		t.record(b, key)
 	}
-	if err := t.buckets[b].Put(key, val); err != nil {
+	if err := t.bucket(b).Put(key, val); err != nil {
 		return fmt.Errorf("put %s: %w", bucketOrder[b], err)
 	}
 	return nil
@@ -394,7 +399,7 @@ func (t *Tx) del(b int, key []byte) error {
 	if t.depth > 0 {
 		t.record(b, key)
 	}
-	if err := t.buckets[b].Delete(key); err != nil {
+	if err := t.bucket(b).Delete(key); err != nil {
 		return fmt.Errorf("delete %s: %w", bucketOrder[b], err)
 	}
 	return nil
@@ -404,7 +409,7 @@ func (t *Tx) record(b int, key []byte) {
 	// A cursor, not Get: bbolt's Get answers nil for an empty value written
 	// earlier in the same transaction, which would turn "restore the empty
 	// value" into "delete the key".
-	k, old := t.buckets[b].Cursor().Seek(key)
+	k, old := t.bucket(b).Cursor().Seek(key)
 	r := undoRec{b: b, key: bytes.Clone(key), existed: bytes.Equal(k, key)}
 	if r.existed {
 		r.old = bytes.Clone(old)
@@ -428,9 +433,9 @@ func (t *Tx) RollbackTo(sp int) error {
 		r := t.undo[i]
 		var err error
 		if r.existed {
-			err = t.buckets[r.b].Put(r.key, r.old)
+			err = t.bucket(r.b).Put(r.key, r.old)
 		} else {
-			err = t.buckets[r.b].Delete(r.key)
+			err = t.bucket(r.b).Delete(r.key)
 		}
 		if err != nil {
 			return fmt.Errorf("roll back %s: %w", bucketOrder[r.b], err)
@@ -564,7 +569,7 @@ func (t *Tx) ForEachQueue(fn func(*Queue) (bool, error)) error {
 // into a new T, until fn returns false or an error. k is valid only during
 // the call.
 func forEachRecord[T any](t *Tx, b int, seek, prefix []byte, fn func(k []byte, r *T) (bool, error)) error {
-	c := t.buckets[b].Cursor()
+	c := t.bucket(b).Cursor()
 	k, v := c.First()
 	if seek != nil {
 		k, v = c.Seek(seek)
@@ -641,7 +646,7 @@ func (t *Tx) PutPartition(p *Partition) error {
 // starting at the first name >= from, until fn returns false.
 func (t *Tx) ForEachPartition(qid uint64, from string, fn func(*Partition) (bool, error)) error {
 	prefix := be64(qid)
-	c := t.buckets[bParts].Cursor()
+	c := t.bucket(bParts).Cursor()
 	for k, v := c.Seek(key8(qid, []byte(from))); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 		p := new(Partition)
 		if err := p.unmarshal(v); err != nil {
@@ -745,7 +750,7 @@ func (t *Tx) ScanRanges(pid, from uint64, fn func(first, end uint64, createdAt i
 // walkSegments calls fn with each segment of the partition that holds an
 // offset >= from, oldest first, until fn returns false.
 func (t *Tx) walkSegments(pid, from uint64, fn func(first uint64, ref blobRef, v []byte) (bool, error)) error {
-	c := t.buckets[bSegments].Cursor()
+	c := t.bucket(bSegments).Cursor()
 	prefix := be64(pid)
 	k, v := c.Seek(key88(pid, from))
 	// The segment holding `from` may start before it.
@@ -790,7 +795,7 @@ func (t *Tx) MessageAt(pid, off uint64) (*StoredMessage, error) {
 // Segments walks the partition's segment headers oldest first until fn
 // returns false.
 func (t *Tx) Segments(pid uint64, fn func(SegmentInfo) (bool, error)) error {
-	c := t.buckets[bSegments].Cursor()
+	c := t.bucket(bSegments).Cursor()
 	prefix := be64(pid)
 	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 		info, err := segmentInfo(k, v)
@@ -806,7 +811,7 @@ func (t *Tx) Segments(pid uint64, fn func(SegmentInfo) (bool, error)) error {
 
 // SegmentsReverse walks the partition's segment headers newest first.
 func (t *Tx) SegmentsReverse(pid uint64, fn func(SegmentInfo) (bool, error)) error {
-	c := t.buckets[bSegments].Cursor()
+	c := t.bucket(bSegments).Cursor()
 	prefix := be64(pid)
 	k, v := c.Seek(key88(pid, ^uint64(0)))
 	if k == nil || !bytes.HasPrefix(k, prefix) {
@@ -888,7 +893,7 @@ func (t *Tx) DeleteSegment(p *Partition, first uint64) (uint64, error) {
 		p.FirstOffset = p.NextOffset
 	} else if first == p.FirstOffset {
 		// The next segment's key is the new oldest offset.
-		c := t.buckets[bSegments].Cursor()
+		c := t.bucket(bSegments).Cursor()
 		if k, _ := c.Seek(key88(p.ID, first)); k != nil && bytes.HasPrefix(k, be64(p.ID)) {
 			p.FirstOffset = u64(k[8:])
 		}
@@ -956,7 +961,7 @@ func (t *Tx) DeleteGroup(pid uint64, group string) error {
 // ForEachGroup calls fn for every group with state on the partition, in name order.
 func (t *Tx) ForEachGroup(pid uint64, fn func(name string, g *Group) (bool, error)) error {
 	prefix := be64(pid)
-	c := t.buckets[bGroups].Cursor()
+	c := t.bucket(bGroups).Cursor()
 	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 		g := new(Group)
 		if err := g.unmarshal(v); err != nil {
@@ -987,7 +992,7 @@ func (t *Tx) PutQueueGroup(qid uint64, group string, qg *QueueGroup) error {
 // ForEachQueueGroup calls fn for every group that has touched the queue.
 func (t *Tx) ForEachQueueGroup(qid uint64, fn func(group string, qg *QueueGroup) (bool, error)) error {
 	prefix := be64(qid)
-	c := t.buckets[bQueueGroup].Cursor()
+	c := t.bucket(bQueueGroup).Cursor()
 	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 		qg := new(QueueGroup)
 		if err := qg.unmarshal(v); err != nil {
@@ -1026,7 +1031,7 @@ func (t *Tx) UnindexLease(lease [16]byte, pid uint64, group string) error {
 
 // LeaseHolders lists the (partition, group) pairs indexed under lease.
 func (t *Tx) LeaseHolders(lease [16]byte) (pids []uint64, groups []string) {
-	c := t.buckets[bLeases].Cursor()
+	c := t.bucket(bLeases).Cursor()
 	for k, _ := c.Seek(lease[:]); k != nil && bytes.HasPrefix(k, lease[:]); k, _ = c.Next() {
 		pids = append(pids, u64(k[16:]))
 		groups = append(groups, string(k[24:]))
@@ -1037,7 +1042,7 @@ func (t *Tx) LeaseHolders(lease [16]byte) (pids []uint64, groups []string) {
 // ForEachLease walks the lease index in lease-id order (oldest lease first:
 // ids are time-ordered).
 func (t *Tx) ForEachLease(fn func(lease [16]byte, pid uint64, group string) (bool, error)) error {
-	c := t.buckets[bLeases].Cursor()
+	c := t.bucket(bLeases).Cursor()
 	for k, _ := c.First(); k != nil; k, _ = c.Next() {
 		if len(k) < 24 {
 			return fmt.Errorf("lease index key of %d bytes: %w", len(k), ErrCorrupt)
@@ -1066,7 +1071,7 @@ func (t *Tx) AddDeadLetter(d *DeadLetter) error {
 // ForEachDeadLetter walks a queue's dead letters newest first.
 func (t *Tx) ForEachDeadLetter(qid uint64, fn func(*DeadLetter) (bool, error)) error {
 	prefix := be64(qid)
-	c := t.buckets[bDLQ].Cursor()
+	c := t.bucket(bDLQ).Cursor()
 	k, v := c.Seek(key88(qid, ^uint64(0)))
 	if k == nil || !bytes.HasPrefix(k, prefix) {
 		k, v = c.Prev()
@@ -1133,7 +1138,7 @@ func (t *Tx) DeleteNode(id string) error { return t.del(bNodes, nameKey(id)) }
 // Nodes lists the registered members in id order.
 func (t *Tx) Nodes() ([]Node, error) {
 	var out []Node
-	c := t.buckets[bNodes].Cursor()
+	c := t.bucket(bNodes).Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
 		var n Node
 		if err := unmarshalMsgpack(v, &n); err != nil {
@@ -1154,7 +1159,7 @@ func (t *Tx) PutSetting(name string, v []byte) error { return t.put(bSettings, [
 
 // DeletePrefix removes every key with the prefix from a bucket (by index).
 func (t *Tx) deletePrefix(b int, prefix []byte) error {
-	c := t.buckets[b].Cursor()
+	c := t.bucket(b).Cursor()
 	var keys [][]byte
 	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
 		keys = append(keys, bytes.Clone(k))
@@ -1180,7 +1185,7 @@ func (t *Tx) DeletePartitionData(p *Partition) error {
 		return err
 	}
 	prefix := be64(p.ID)
-	c := t.buckets[bSegments].Cursor()
+	c := t.bucket(bSegments).Cursor()
 	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 		ref, err := decodeRef(v)
 		if err != nil {
