@@ -463,6 +463,9 @@ func TestUUIDRoundTrip(t *testing.T) {
 			if !ok || back != id {
 				t.Fatalf("parseUUID(%q) = %x, %v; want %x", form, back, ok, id)
 			}
+			if back, ok := parseUUID([]byte(form)); !ok || back != id {
+				t.Fatalf("parseUUID([]byte(%q)) = %x, %v; want %x", form, back, ok, id)
+			}
 		}
 	}
 	if got := formatUUID([16]byte{}); got != "00000000-0000-0000-0000-000000000000" {
@@ -473,6 +476,9 @@ func TestUUIDRoundTrip(t *testing.T) {
 		"{1963a5e-8a7b-7c3d-9e1f-2a3b4c5d6e7f}", "01963a5e8-a7b-7c3d-9e1f-2a3b4c5d6e7f", "01963a5e-8a7b-7c3d-9e1f2-a3b4c5d6e7f"} {
 		if _, ok := parseUUID(bad); ok {
 			t.Errorf("parseUUID(%q) accepted", bad)
+		}
+		if _, ok := parseUUID([]byte(bad)); ok {
+			t.Errorf("parseUUID([]byte(%q)) accepted", bad)
 		}
 	}
 	a, b := newUUIDv7(), newUUIDv7()

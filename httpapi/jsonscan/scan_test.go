@@ -166,6 +166,9 @@ func FuzzScanner(f *testing.F) {
 			if u, ok := Unquote(v); !ok || u != s {
 				t.Fatalf("Unquote %q = %q, want %q", v, u, s)
 			}
+			if u, ok := UnquoteBytes(v); !ok || string(u) != s {
+				t.Fatalf("UnquoteBytes %q = %q, want %q", v, u, s)
+			}
 		}
 	})
 }
