@@ -54,16 +54,17 @@ func decodeItems(r *mpReader) ([]PushItem, error) {
 		return nil, r.fail("item count")
 	}
 	items := make([]PushItem, n)
+	var names []string // queue and partition names seen so far
 	for i := range items {
 		it := &items[i]
 		if l, err := r.arrayLen(); err != nil || l != 7 {
 			return nil, r.fail("push item")
 		}
 		var trace []byte
-		if it.Queue, err = r.str(); err != nil {
+		if it.Queue, err = r.strFrom(&names); err != nil {
 			return nil, err
 		}
-		if it.Partition, err = r.str(); err != nil {
+		if it.Partition, err = r.strFrom(&names); err != nil {
 			return nil, err
 		}
 		if it.TxID, err = r.str(); err != nil {

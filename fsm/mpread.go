@@ -157,6 +157,30 @@ func (r *mpReader) str() (string, error) {
 	return string(b), err
 }
 
+// strFrom is str for a string that repeats across a command's items (a
+// queue or partition name): it returns an equal string already in names
+// instead of a new one, and remembers new ones up to a small bound.
+func (r *mpReader) strFrom(names *[]string) (string, error) {
+	b, err := r.span(true)
+	if err != nil {
+		return "", err
+	}
+	for _, s := range *names {
+		if s == string(b) {
+			return s, nil
+		}
+	}
+	s := string(b)
+	if len(*names) < maxInterned {
+		*names = append(*names, s)
+	}
+	return s, nil
+}
+
+// maxInterned bounds strFrom's list: a linear scan beats a map at this size,
+// and a request spread over many partitions just allocates as before.
+const maxInterned = 16
+
 func (r *mpReader) bin() ([]byte, error) { return r.span(false) }
 
 func (r *mpReader) uuid() ([16]byte, error) {

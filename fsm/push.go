@@ -22,7 +22,6 @@ type pushTarget struct {
 	part  *segments.Partition
 	msgs  []segments.Message
 	items []int // result index of each queued message
-	seen  map[string]int
 }
 
 // push stores items as one atomic step: every partition touched gets one
@@ -41,6 +40,14 @@ func (a *applier) pushAs(items []PushItem, principal string) ([]PushItemResult, 
 	index := make(map[partKey]int)
 	var targets []*pushTarget
 	var dups [][2]int // (result index, earlier result index in this request)
+	// seen finds a transaction id repeated inside the request (queued
+	// items are not in the index yet): one map for the whole request,
+	// made on first use at its final size.
+	type seenKey struct {
+		target int
+		txID   string
+	}
+	var seen map[seenKey]int
 
 	// OJS gates: state and access before anything is written; capacity
 	// once the request's messages are counted, under a savepoint.
@@ -83,7 +90,8 @@ func (a *applier) pushAs(items []PushItem, principal string) ([]PushItemResult, 
 		t := targets[ti]
 		results[i].PartitionID = t.part.UUID
 		if window := q.Options.DedupWindowSeconds; window > 0 {
-			if j, ok := t.seen[it.TxID]; ok {
+			sk := seenKey{ti, it.TxID}
+			if j, ok := seen[sk]; ok {
 				results[i].Status = PushDuplicate
 				dups = append(dups, [2]int{i, j})
 				continue
@@ -93,10 +101,10 @@ func (a *applier) pushAs(items []PushItem, principal string) ([]PushItemResult, 
 				results[i].MessageID = ref.MessageID()
 				continue
 			}
-			if t.seen == nil {
-				t.seen = make(map[string]int)
+			if seen == nil {
+				seen = make(map[seenKey]int, len(items)-i)
 			}
-			t.seen[it.TxID] = i
+			seen[sk] = i
 		}
 		results[i].Status = PushQueued
 		t.msgs = append(t.msgs, segments.Message{

@@ -322,6 +322,10 @@ type Tx struct {
 	buckets [len(bucketOrder)]*bolt.Bucket
 	undo    []undoRec
 	depth   int
+	// keyBuf and slab spare an allocation per small row on hot paths
+	// (scratchKey8, value).
+	keyBuf []byte
+	slab   []byte
 }
 
 type undoRec struct {
@@ -381,6 +385,33 @@ func (t *Tx) bucket(b int) *bolt.Bucket {
 	}
 	t.buckets[b] = bk
 	return bk
+}
+
+// scratchKey8 is key8 built in the transaction's one scratch buffer, valid
+// until the next call: for get, put and del only, since bbolt keeps no key
+// it looks up and copies a key it stores (as record does).
+func (t *Tx) scratchKey8(id uint64, suffix string) []byte {
+	k := append(t.keyBuf[:0], 0, 0, 0, 0, 0, 0, 0, 0)
+	putU64(k, id)
+	k = append(k, suffix...)
+	t.keyBuf = k
+	return k
+}
+
+// value returns n zeroed bytes for a value to store. bbolt keeps a stored
+// value's slice until the commit, so it must not be reused; small ones are
+// carved from a shared block instead of allocated one by one.
+func (t *Tx) value(n int) []byte {
+	const block = 8 << 10
+	if n > block/16 {
+		return make([]byte, n)
+	}
+	if len(t.slab)+n > cap(t.slab) {
+		t.slab = make([]byte, 0, block)
+	}
+	v := t.slab[len(t.slab) : len(t.slab)+n : len(t.slab)+n]
+	t.slab = t.slab[:len(t.slab)+n]
+	return v
 }
 
 func (t *Tx) get(b int, key []byte) []byte { return t.bucket(b).Get(key) }
@@ -590,7 +621,7 @@ func forEachRecord[T any](t *Tx, b int, seek, prefix []byte, fn func(k []byte, r
 
 // Partition loads a queue's partition by name.
 func (t *Tx) Partition(qid uint64, name string) (*Partition, error) {
-	return t.partitionAt(key8(qid, []byte(name)))
+	return t.partitionAt(t.scratchKey8(qid, name))
 }
 
 func (t *Tx) partitionAt(key []byte) (*Partition, error) {
@@ -639,7 +670,7 @@ func (t *Tx) CreatePartition(p *Partition) error {
 
 // PutPartition stores an existing partition's record.
 func (t *Tx) PutPartition(p *Partition) error {
-	return t.put(bParts, key8(p.QueueID, []byte(p.Name)), p.marshal())
+	return t.put(bParts, t.scratchKey8(p.QueueID, p.Name), p.marshal())
 }
 
 // ForEachPartition calls fn for the queue's partitions in name order,
@@ -875,7 +906,7 @@ func (t *Tx) DeleteSegment(p *Partition, first uint64) (uint64, error) {
 	for _, tx := range txs {
 		ref, ok := t.TxID(p.ID, tx)
 		if ok && ref.Offset >= first && ref.Offset < first+count {
-			if err := t.del(bTxIDs, key8(p.ID, []byte(tx))); err != nil {
+			if err := t.del(bTxIDs, t.scratchKey8(p.ID, tx)); err != nil {
 				return 0, err
 			}
 		}
@@ -918,7 +949,7 @@ func (r TxRef) MessageID() [16]byte { return MessageID(r.PushedAt, r.Seq) }
 
 // TxID resolves a transaction id in a partition to its newest occurrence.
 func (t *Tx) TxID(pid uint64, txid string) (TxRef, bool) {
-	v := t.get(bTxIDs, key8(pid, []byte(txid)))
+	v := t.get(bTxIDs, t.scratchKey8(pid, txid))
 	if len(v) != 24 {
 		return TxRef{}, false
 	}
@@ -927,20 +958,18 @@ func (t *Tx) TxID(pid uint64, txid string) (TxRef, bool) {
 
 // PutTxID points a transaction id at its newest occurrence.
 func (t *Tx) PutTxID(pid uint64, txid string, r TxRef) error {
-	v := make([]byte, 24)
+	v := t.value(24)
 	putU64(v, r.Offset)
 	putU64(v[8:], uint64(r.PushedAt))
 	putU64(v[16:], r.Seq)
-	return t.put(bTxIDs, key8(pid, []byte(txid)), v)
+	return t.put(bTxIDs, t.scratchKey8(pid, txid), v)
 }
 
 // ---- consumer groups ----
 
-func groupKey(pid uint64, group string) []byte { return key8(pid, []byte(group)) }
-
 // Group loads a group's state on a partition, or nil when it has none.
 func (t *Tx) Group(pid uint64, group string) (*Group, error) {
-	v := t.get(bGroups, groupKey(pid, group))
+	v := t.get(bGroups, t.scratchKey8(pid, group))
 	if v == nil {
 		return nil, nil
 	}
@@ -950,12 +979,12 @@ func (t *Tx) Group(pid uint64, group string) (*Group, error) {
 
 // PutGroup stores a group's state on a partition.
 func (t *Tx) PutGroup(pid uint64, group string, g *Group) error {
-	return t.put(bGroups, groupKey(pid, group), g.marshal())
+	return t.put(bGroups, t.scratchKey8(pid, group), g.marshal())
 }
 
 // DeleteGroup removes a group's state on a partition.
 func (t *Tx) DeleteGroup(pid uint64, group string) error {
-	return t.del(bGroups, groupKey(pid, group))
+	return t.del(bGroups, t.scratchKey8(pid, group))
 }
 
 // ForEachGroup calls fn for every group with state on the partition, in name order.
@@ -976,7 +1005,7 @@ func (t *Tx) ForEachGroup(pid uint64, fn func(name string, g *Group) (bool, erro
 
 // QueueGroup loads what a group keeps per queue.
 func (t *Tx) QueueGroup(qid uint64, group string) (*QueueGroup, error) {
-	v := t.get(bQueueGroup, key8(qid, []byte(group)))
+	v := t.get(bQueueGroup, t.scratchKey8(qid, group))
 	if v == nil {
 		return nil, nil
 	}
@@ -986,7 +1015,7 @@ func (t *Tx) QueueGroup(qid uint64, group string) (*QueueGroup, error) {
 
 // PutQueueGroup stores what a group keeps per queue.
 func (t *Tx) PutQueueGroup(qid uint64, group string, qg *QueueGroup) error {
-	return t.put(bQueueGroup, key8(qid, []byte(group)), qg.marshal())
+	return t.put(bQueueGroup, t.scratchKey8(qid, group), qg.marshal())
 }
 
 // ForEachQueueGroup calls fn for every group that has touched the queue.
