@@ -5,6 +5,7 @@
 package fsm
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -339,8 +340,26 @@ type snapshot struct {
 	log *slog.Logger
 }
 
+// LinkingSink is a snapshot sink with a directory of its own beside the
+// stream (raftnode's snapshot store). Persist then writes a linked snapshot:
+// the database and a manifest in the stream, the segment files in the
+// directory, hard-linked where they are sealed (segments/linked.go), so a
+// snapshot costs the indexes and the active file, not every payload.
+type LinkingSink interface {
+	raft.SnapshotSink
+	LinkDir() string
+}
+
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	n, err := s.rs.WriteTo(sink)
+	var (
+		n   int64
+		err error
+	)
+	if ls, ok := sink.(LinkingSink); ok {
+		n, err = s.rs.WriteLinked(sink, ls.LinkDir())
+	} else {
+		n, err = s.rs.WriteTo(sink)
+	}
 	if err != nil {
 		sink.Cancel()
 		return fmt.Errorf("stream snapshot: %w", err)
@@ -353,6 +372,40 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 }
 
 func (s *snapshot) Release() { s.rs.Close() }
+
+// ExpandSnapshot returns the stream Restore reads from a stored snapshot
+// whose extra files (a LinkingSink's directory) are in dir: a linked
+// snapshot is expanded, with its exact length; any other stream is returned
+// as it is, with size -1. Closing the result closes rc.
+func ExpandSnapshot(rc io.ReadCloser, dir string) (io.ReadCloser, int64, error) {
+	br := bufio.NewReader(rc)
+	head, err := br.Peek(8)
+	if err != nil || !segments.IsLinked(head) {
+		// Not linked (or too short to tell): Restore judges it.
+		return readCloser{br, rc}, -1, nil
+	}
+	ex, size, err := segments.ExpandLinked(br, dir)
+	if err != nil {
+		rc.Close()
+		return nil, 0, fmt.Errorf("expand linked snapshot: %w", err)
+	}
+	return readCloser{ex, closers{ex, rc}}, size, nil
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+type closers []io.Closer
+
+func (cs closers) Close() error {
+	var err error
+	for _, c := range cs {
+		err = errors.Join(err, c.Close())
+	}
+	return err
+}
 
 // Restore replaces the whole state with a snapshot stream: it is written
 // beside the current state (a side database file and a new blob directory),

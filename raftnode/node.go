@@ -139,7 +139,7 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	if err != nil {
 		return fail(fmt.Errorf("log cache: %w", err))
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, newHCLog(cfg.Logger, "raft-snapshots"))
+	snaps, err := newLinkingStore(dir, 2, newHCLog(cfg.Logger, "raft-snapshots"))
 	if err != nil {
 		return fail(fmt.Errorf("open snapshot store: %w", err))
 	}

@@ -1,9 +1,12 @@
 package raftnode
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -301,5 +304,81 @@ func TestProposeAfterShutdown(t *testing.T) {
 	}
 	if _, _, err := node.Propose(context.Background(), push("q", "late")); err == nil {
 		t.Fatal("a stopped node accepted a proposal")
+	}
+}
+
+// A snapshot the node takes is linked: its directory holds the manifest
+// and the segment files, and Open hands Raft the plain stream with its
+// exact size, which a restore accepts.
+func TestSnapshotIsLinkedAndOpensAsAPlainStream(t *testing.T) {
+	dir := t.TempDir()
+	n := startNode(t, fastConfig("n1", freeAddr(t), dir, nil))
+	waitLeader(t, n)
+	for i := 0; i < 20; i++ {
+		if _, _, err := n.node.Propose(context.Background(), push("q", fmt.Sprintf("a%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n.node.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := newLinkingStore(filepath.Join(dir, "raft"), 2, newHCLog(slog.New(slog.DiscardHandler), "test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := snaps.List()
+	if err != nil || len(list) == 0 {
+		t.Fatalf("snapshots %v, %v", list, err)
+	}
+	placed, err := filepath.Glob(filepath.Join(dir, "raft", "snapshots", list[0].ID, "*.seg"))
+	if err != nil || len(placed) == 0 {
+		t.Fatalf("no segment file beside the snapshot: %v %v", placed, err)
+	}
+	state, err := os.ReadFile(filepath.Join(dir, "raft", "snapshots", list[0].ID, "state.bin"))
+	if err != nil || string(state[:8]) != "CROWNSL1" {
+		t.Fatalf("stored stream starts %q: %v", state[:min(8, len(state))], err)
+	}
+	meta, rc, err := snaps.Open(list[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b[:8]) != "CROWNSS2" || int64(len(b)) != meta.Size {
+		t.Fatalf("opened stream starts %q, %d bytes, meta says %d", b[:8], len(b), meta.Size)
+	}
+	g, err := fsm.Open(fsm.Config{Dir: filepath.Join(t.TempDir(), "state"), NodeID: "n2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if err := g.Restore(io.NopCloser(bytes.NewReader(b))); err != nil {
+		t.Fatal(err)
+	}
+	_, want, _ := n.fsm.Digest()
+	if _, got, _ := g.Digest(); got != want {
+		t.Fatal("state restored from the opened snapshot differs")
+	}
+}
+
+// A snapshot a crash interrupted is removed when the store opens: its
+// links would otherwise keep dead segment files on disk.
+func TestSnapshotStoreRemovesInterruptedSnapshots(t *testing.T) {
+	base := t.TempDir()
+	tmp := filepath.Join(base, "snapshots", "2-100-1.tmp")
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "0000000000000001.seg"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newLinkingStore(base, 2, newHCLog(slog.New(slog.DiscardHandler), "test")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(tmp); !os.IsNotExist(err) {
+		t.Fatalf("interrupted snapshot still there: %v", err)
 	}
 }

@@ -45,6 +45,7 @@ type ReadSnapshot struct {
 	blobs  *blobSet
 	files  []uint64
 	sizes  []uint64
+	active uint64 // the file appends went to when the view was taken
 	closed bool
 }
 
@@ -58,6 +59,9 @@ func (s *Store) BeginSnapshot() (*ReadSnapshot, error) {
 		return nil, fmt.Errorf("begin snapshot read: %w", err)
 	}
 	rs := &ReadSnapshot{tx: tx, blobs: s.blobs}
+	if v := tx.Bucket(bucketFiles).Get(filesActive); len(v) == 8 {
+		rs.active = u64(v)
+	}
 	c := tx.Bucket(bucketFiles).Cursor()
 	for k, v := c.Seek([]byte{'f'}); k != nil && k[0] == 'f'; k, v = c.Next() {
 		r, err := decodeFileRec(v)
@@ -79,17 +83,8 @@ func (r *ReadSnapshot) WriteTo(w io.Writer) (int64, error) {
 	cw := &countingWriter{w: io.MultiWriter(w, sum)}
 	var hdr [8]byte
 	cw.Write(snapMagic)
-	binary.BigEndian.PutUint64(hdr[:], uint64(r.tx.Size()))
-	cw.Write(hdr[:])
-	if cw.err != nil {
-		return cw.n, cw.err
-	}
-	n, err := r.tx.WriteTo(cw)
-	if err != nil {
-		return cw.n, fmt.Errorf("stream database: %w", err)
-	}
-	if n != r.tx.Size() {
-		return cw.n, fmt.Errorf("stream database: wrote %d of %d bytes", n, r.tx.Size())
+	if err := r.writeDatabase(cw); err != nil {
+		return cw.n, err
 	}
 	binary.BigEndian.PutUint32(hdr[:4], uint32(len(r.files)))
 	cw.Write(hdr[:4])
@@ -109,10 +104,35 @@ func (r *ReadSnapshot) WriteTo(w io.Writer) (int64, error) {
 			return cw.n, fmt.Errorf("stream blob file %d: %w", no, err)
 		}
 	}
+	return writeTrailer(w, cw, sum)
+}
+
+// writeDatabase writes the database's size and its consistent copy.
+func (r *ReadSnapshot) writeDatabase(cw *countingWriter) error {
+	var hdr [8]byte
+	binary.BigEndian.PutUint64(hdr[:], uint64(r.tx.Size()))
+	cw.Write(hdr[:])
+	if cw.err != nil {
+		return cw.err
+	}
+	n, err := r.tx.WriteTo(cw)
+	if err != nil {
+		return fmt.Errorf("stream database: %w", err)
+	}
+	if n != r.tx.Size() {
+		return fmt.Errorf("stream database: wrote %d of %d bytes", n, r.tx.Size())
+	}
+	return nil
+}
+
+// writeTrailer ends a stream: the end marker through cw, then the checksum
+// of everything before it straight to w.
+func writeTrailer(w io.Writer, cw *countingWriter, sum hash.Hash32) (int64, error) {
 	cw.Write(snapEnd)
-	binary.BigEndian.PutUint32(hdr[:4], sum.Sum32())
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], sum.Sum32())
 	if cw.err == nil {
-		n, err := w.Write(hdr[:4])
+		n, err := w.Write(b[:])
 		cw.n += int64(n)
 		cw.err = err
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -207,6 +208,14 @@ func openBlobFile(path string, size int64) (*os.File, error) {
 		err = fmt.Errorf("%d bytes on disk, %d committed: %w", st.Size(), size, ErrCorrupt)
 	}
 	if err == nil && st.Size() > size {
+		if shared(st) {
+			// A snapshot links this file (linked.go) and may hold bytes
+			// past what this state committed (a state file rolled back by
+			// a machine crash): leave its copy whole, continue on a private
+			// one.
+			f.Close()
+			return unshareBlobFile(path, size)
+		}
 		err = f.Truncate(size)
 	}
 	if err != nil {
@@ -214,6 +223,30 @@ func openBlobFile(path string, size int64) (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// unshareBlobFile replaces the file at path by a private copy of its first
+// size bytes (fsynced, then renamed over it), leaving the other names of
+// the old file with all of its bytes, and opens the copy.
+func unshareBlobFile(path string, size int64) (*os.File, error) {
+	src, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	tmp := path + ".unshare"
+	err = writeFileFrom(tmp, io.NewSectionReader(src, 0, size), size, true)
+	src.Close()
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		err = SyncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return nil, fmt.Errorf("unshare blob file: %w", err)
+	}
+	return os.OpenFile(path, os.O_RDWR, 0o600)
 }
 
 // Close flushes the file to disk and closes it.

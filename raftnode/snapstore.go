@@ -1,0 +1,91 @@
+package raftnode
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/crownmq/crown/fsm"
+)
+
+// linkingStore is raft's file snapshot store with room beside each
+// snapshot's stream for files the state machine keeps there
+// (fsm.LinkingSink): the state machine hard-links its sealed segment files
+// into a new snapshot's directory instead of copying them into the stream,
+// and Open expands them back into one self-contained stream, so Raft, a
+// node receiving InstallSnapshot and a restore on start read what they
+// always read. Snapshots received from a leader arrive as that plain stream
+// and are kept as they are.
+type linkingStore struct {
+	*raft.FileSnapshotStore
+	dir string // the file store's directory of snapshot directories
+}
+
+func newLinkingStore(base string, retain int, logger hclog.Logger) (*linkingStore, error) {
+	fs, err := raft.NewFileSnapshotStoreWithLogger(base, retain, logger)
+	if err != nil {
+		return nil, err
+	}
+	s := &linkingStore{FileSnapshotStore: fs, dir: filepath.Join(base, "snapshots")}
+	// A snapshot interrupted by a crash leaves its "<id>.tmp" directory,
+	// which the file store skips but never removes; its links would keep
+	// dead segment files on disk for good. None is in progress yet.
+	tmps, err := filepath.Glob(filepath.Join(s.dir, "*.tmp"))
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range tmps {
+		if err := os.RemoveAll(t); err != nil {
+			return nil, fmt.Errorf("remove interrupted snapshot: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// Create starts a snapshot. The file store writes it into "<id>.tmp" and
+// renames that directory to "<id>" when the sink closes, so what is placed
+// in it moves with the stream, and a cancelled snapshot takes it along.
+func (s *linkingStore) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,
+	configurationIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
+	sink, err := s.FileSnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(s.dir, sink.ID()+".tmp")
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		sink.Cancel()
+		return nil, fmt.Errorf("snapshot directory %s not where the file store keeps it: %v", dir, err)
+	}
+	return &linkingSink{SnapshotSink: sink, dir: dir}, nil
+}
+
+// Open returns a snapshot's stream, expanded when it is linked; the size in
+// the returned metadata is then the expanded stream's, since InstallSnapshot
+// sends exactly that many bytes.
+func (s *linkingStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	meta, rc, err := s.FileSnapshotStore.Open(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	stream, size, err := fsm.ExpandSnapshot(rc, filepath.Join(s.dir, id))
+	if err != nil {
+		return nil, nil, fmt.Errorf("snapshot %s: %w", id, err)
+	}
+	if size >= 0 {
+		m := *meta
+		m.Size = size
+		meta = &m
+	}
+	return meta, stream, nil
+}
+
+type linkingSink struct {
+	raft.SnapshotSink
+	dir string
+}
+
+func (s *linkingSink) LinkDir() string { return s.dir }

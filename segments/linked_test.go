@@ -1,0 +1,290 @@
+package segments
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// linkedOf takes a linked snapshot of s into a new directory and returns
+// its manifest and the directory.
+func linkedOf(t *testing.T, s *Store) ([]byte, string) {
+	t.Helper()
+	dir := t.TempDir()
+	rs, err := s.BeginSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	var b bytes.Buffer
+	n, err := rs.WriteLinked(&b, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != int64(b.Len()) {
+		t.Fatalf("WriteLinked reported %d bytes, wrote %d", n, b.Len())
+	}
+	return b.Bytes(), dir
+}
+
+// expand returns the plain stream of a linked snapshot, or the error that
+// ended it.
+func expand(manifest []byte, dir string) ([]byte, int64, error) {
+	rc, size, err := ExpandLinked(bytes.NewReader(manifest), dir)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	return b, size, err
+}
+
+func TestLinkedSnapshotExpandsToThePlainStream(t *testing.T) {
+	s := openSized(t, filepath.Join(t.TempDir(), "state.db"), 200)
+	var p *Partition
+	update(t, s, func(tx *Tx) error { p = newPartition(t, tx, "q", "p"); return nil })
+	fill(t, s, p, 30, "m")
+	plain := snapshotOf(t, s)
+	manifest, dir := linkedOf(t, s)
+	if !IsLinked(manifest[:8]) || IsLinked(plain[:8]) {
+		t.Fatal("IsLinked does not tell the two streams apart")
+	}
+
+	// Sealed files are links to the live ones; the active one is a copy.
+	for _, name := range blobFiles(t, s) {
+		live, err := os.Stat(filepath.Join(s.blobs.dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		placed, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if linked := os.SameFile(live, placed); linked == (name == blobFileName(s.blobs.active)) {
+			t.Errorf("%s: linked %v, active file %s", name, linked, blobFileName(s.blobs.active))
+		}
+	}
+
+	got, size, err := expand(manifest, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, plain) || size != int64(len(plain)) {
+		t.Fatalf("expanded stream: %d bytes (announced %d), plain stream %d bytes, equal %v",
+			len(got), size, len(plain), bytes.Equal(got, plain))
+	}
+
+	// The live store goes on: appends to the active file, retention that
+	// unlinks sealed files. The snapshot still expands to what it saw, and
+	// restores into a store with the same digest.
+	_, before, _ := s.Digest()
+	fill(t, s, p, 30, "n")
+	update(t, s, func(tx *Tx) error {
+		for range 40 {
+			if _, err := tx.DeleteSegment(p, p.FirstOffset); err != nil {
+				return err
+			}
+		}
+		return tx.PutPartition(p)
+	})
+	if got, _, err = expand(manifest, dir); err != nil || !bytes.Equal(got, plain) {
+		t.Fatalf("after the live store moved on: equal %v, error %v", bytes.Equal(got, plain), err)
+	}
+	// A newer snapshot may reap this one's directory while it is read.
+	rc, _, err := ExpandLinked(bytes.NewReader(manifest), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	got, err = io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(got, plain) {
+		t.Fatalf("read after the directory went: equal %v, error %v", bytes.Equal(got, plain), err)
+	}
+	target := filepath.Join(t.TempDir(), "restored.db")
+	tmp, err := ReceiveSnapshot(bytes.NewReader(got), target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, target); err != nil {
+		t.Fatal(err)
+	}
+	r := openSized(t, target, 200)
+	if _, after, _ := r.Digest(); after != before {
+		t.Fatal("restored state differs from the state the snapshot was taken of")
+	}
+}
+
+func TestLinkedSnapshotDamageEndsTheStream(t *testing.T) {
+	s := openSized(t, filepath.Join(t.TempDir(), "state.db"), 200)
+	var p *Partition
+	update(t, s, func(tx *Tx) error { p = newPartition(t, tx, "q", "p"); return nil })
+	fill(t, s, p, 12, "m")
+	manifest, dir := linkedOf(t, s)
+	files, err := os.ReadDir(dir)
+	if err != nil || len(files) < 2 {
+		t.Fatalf("placed files %v, %v", files, err)
+	}
+	last := filepath.Join(dir, files[len(files)-1].Name())
+
+	// A flipped byte in the manifest's database.
+	bad := bytes.Clone(manifest)
+	bad[len(bad)-20] ^= 1
+	if _, _, err := expand(bad, dir); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("damaged manifest: %v", err)
+	}
+	// A manifest cut short.
+	if _, _, err := expand(manifest[:len(manifest)-3], dir); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("short manifest: %v", err)
+	}
+	// A placed file changed, then missing. The file is a copy (the active
+	// one) or a link to the live store's: break the link first so the
+	// live store is not what the test damages.
+	b, err := os.ReadFile(last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(last)
+	b[0] ^= 1
+	if err := os.WriteFile(last, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := expand(manifest, dir); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("damaged file: %v", err)
+	}
+	// What the expansion produced up to a failure is never a stream a
+	// receiver accepts.
+	rc, _, err := ExpandLinked(bytes.NewReader(manifest), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if _, err := ReceiveSnapshot(rc, filepath.Join(t.TempDir(), "x.db")); err == nil {
+		t.Error("a receiver accepted a stream whose blob file was damaged")
+	}
+	// A missing file fails the expansion before any byte.
+	os.Remove(last)
+	if _, _, err := ExpandLinked(bytes.NewReader(manifest), dir); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+// A machine crash can roll the state file back to before a snapshot that
+// linked its active file as sealed; opening it cuts that file to the older
+// length. The cut must not reach the snapshot's copy.
+func TestOpenLeavesALinkedFileWhole(t *testing.T) {
+	path, s, p := filledStore(t, 3)
+	active := filepath.Join(s.blobs.dir, blobFileName(s.blobs.active))
+	_, before, _ := s.Digest()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Bytes past the committed length, as a later state would have
+	// written them, and a snapshot's link to the file.
+	f, err := os.OpenFile(active, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(bytes.Repeat([]byte{0xee}, 1000))
+	f.Close()
+	link := filepath.Join(t.TempDir(), "linked.seg")
+	if err := os.Link(active, link); err != nil {
+		t.Skipf("no hard links here: %v", err)
+	}
+	want, err := os.ReadFile(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s = openSized(t, path, 0)
+	if _, after, _ := s.Digest(); after != before {
+		t.Fatal("state changed by uncommitted blob bytes")
+	}
+	fill(t, s, p, 2, "b")
+	checkAccounting(t, s)
+	if got, err := os.ReadFile(link); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the linked copy changed (%d bytes, was %d): %v", len(got), len(want), err)
+	}
+	live, _ := os.Stat(active)
+	linked, _ := os.Stat(link)
+	if os.SameFile(live, linked) {
+		t.Fatal("the store still writes the linked file")
+	}
+	view(t, s, func(tx *Tx) error {
+		if got := scan(t, tx, p.ID, 0); len(got) != 5 {
+			t.Fatalf("scan: %v", got)
+		}
+		return nil
+	})
+}
+
+// FuzzExpandLinked feeds damaged manifests (flipped and cut bytes of a real
+// one, and anything the fuzzer makes) to the expansion: it must fail
+// cleanly or produce a stream, and a receiver accepts only an intact one.
+func FuzzExpandLinked(f *testing.F) {
+	s, err := Open(filepath.Join(f.TempDir(), "state.db"), StoreOptions{NoSync: true, BlobFileSize: 200})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Update(func(tx *Tx) error {
+		p := &Partition{QueueID: 1, Name: "p"}
+		if err := tx.CreatePartition(p); err != nil {
+			return err
+		}
+		for i := range 6 {
+			if _, err := tx.AppendSegment(p, int64(i), uint64(i), []Message{{TxID: fmt.Sprint(i), Payload: bytes.Repeat([]byte{'x'}, 90)}}); err != nil {
+				return err
+			}
+		}
+		return tx.PutPartition(p)
+	}); err != nil {
+		f.Fatal(err)
+	}
+	dir := f.TempDir()
+	rs, err := s.BeginSnapshot()
+	if err != nil {
+		f.Fatal(err)
+	}
+	var manifest bytes.Buffer
+	if _, err := rs.WriteLinked(&manifest, dir); err != nil {
+		f.Fatal(err)
+	}
+	var plain bytes.Buffer
+	if _, err := rs.WriteTo(&plain); err != nil {
+		f.Fatal(err)
+	}
+	rs.Close()
+	f.Add(manifest.Bytes())
+	f.Add(manifest.Bytes()[:40])
+	f.Add([]byte("CROWNSL1\xff\xff\xff\xff"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rc, size, err := ExpandLinked(bytes.NewReader(b), dir)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error not marked corrupt: %v", err)
+			}
+			return
+		}
+		got, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("stream ended by an error not marked corrupt: %v", err)
+			}
+			return
+		}
+		if int64(len(got)) != size {
+			t.Fatalf("expanded %d bytes, announced %d", len(got), size)
+		}
+		if bytes.Equal(b, manifest.Bytes()) && !bytes.Equal(got, plain.Bytes()) {
+			t.Fatal("the intact manifest expanded to another stream")
+		}
+	})
+}
