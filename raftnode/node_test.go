@@ -242,15 +242,12 @@ func TestClusterFollowerRefusesAndMembershipChanges(t *testing.T) {
 	}
 }
 
-// A node whose state file is gone restores the newest snapshot on start
-// and replays the log after it: same state, same applied index.
-func TestRestoresSnapshotWhenStateFileIsBehind(t *testing.T) {
-	addr := freeAddr(t)
-	dir := t.TempDir()
-	cfg := fastConfig("n1", addr, dir, nil)
-	n := startNode(t, cfg)
+// snapshotAfterPushes waits for n to lead, pushes k messages to queue q
+// and takes a snapshot.
+func snapshotAfterPushes(t *testing.T, n *testNode, k int) {
+	t.Helper()
 	waitLeader(t, n)
-	for i := 0; i < 20; i++ {
+	for i := 0; i < k; i++ {
 		if _, _, err := n.node.Propose(context.Background(), push("q", fmt.Sprintf("a%d", i))); err != nil {
 			t.Fatal(err)
 		}
@@ -258,6 +255,16 @@ func TestRestoresSnapshotWhenStateFileIsBehind(t *testing.T) {
 	if err := n.node.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A node whose state file is gone restores the newest snapshot on start
+// and replays the log after it: same state, same applied index.
+func TestRestoresSnapshotWhenStateFileIsBehind(t *testing.T) {
+	addr := freeAddr(t)
+	dir := t.TempDir()
+	cfg := fastConfig("n1", addr, dir, nil)
+	n := startNode(t, cfg)
+	snapshotAfterPushes(t, n, 20)
 	var last uint64
 	for i := 0; i < 5; i++ {
 		_, idx, err := n.node.Propose(context.Background(), push("q", fmt.Sprintf("b%d", i)))
@@ -313,15 +320,7 @@ func TestProposeAfterShutdown(t *testing.T) {
 func TestSnapshotIsLinkedAndOpensAsAPlainStream(t *testing.T) {
 	dir := t.TempDir()
 	n := startNode(t, fastConfig("n1", freeAddr(t), dir, nil))
-	waitLeader(t, n)
-	for i := 0; i < 20; i++ {
-		if _, _, err := n.node.Propose(context.Background(), push("q", fmt.Sprintf("a%d", i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := n.node.Snapshot(); err != nil {
-		t.Fatal(err)
-	}
+	snapshotAfterPushes(t, n, 20)
 	snaps, err := newLinkingStore(filepath.Join(dir, "raft"), 2, newHCLog(slog.New(slog.DiscardHandler), "test"))
 	if err != nil {
 		t.Fatal(err)

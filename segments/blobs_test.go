@@ -124,11 +124,19 @@ func snapshotOf(t testing.TB, s *Store) []byte {
 	return b.Bytes()
 }
 
-func TestBlobFilesRollOverAndAreReclaimed(t *testing.T) {
+// rolledStore opens a store of 200-byte blob files with n one-message
+// segments in partition q/p: a file every few segments.
+func rolledStore(t *testing.T, n int) (*Store, *Partition) {
+	t.Helper()
 	s := openSized(t, filepath.Join(t.TempDir(), "state.db"), 200)
 	var p *Partition
 	update(t, s, func(tx *Tx) error { p = newPartition(t, tx, "q", "p"); return nil })
-	fill(t, s, p, 40, "m")
+	fill(t, s, p, n, "m")
+	return s, p
+}
+
+func TestBlobFilesRollOverAndAreReclaimed(t *testing.T) {
+	s, p := rolledStore(t, 40)
 	files := blobFiles(t, s)
 	if len(files) < 5 {
 		t.Fatalf("40 segments in 200-byte files made only %d files: %v", len(files), files)
@@ -246,9 +254,25 @@ func TestFailedUpdateWritesNoBlob(t *testing.T) {
 // A crash between writing a transaction's blobs and bbolt's commit leaves
 // bytes past the recorded length: opening cuts them off, and the state reads
 // as committed.
-func TestOpenCutsUncommittedBlobBytes(t *testing.T) {
-	path, s, p := filledStore(t, 3)
-	_, before, _ := s.Digest()
+// restoreInto receives a snapshot stream at target, swaps it in and opens
+// the store.
+func restoreInto(t *testing.T, stream []byte, target string, fileSize int64) *Store {
+	t.Helper()
+	tmp, err := ReceiveSnapshot(bytes.NewReader(stream), target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, target); err != nil {
+		t.Fatal(err)
+	}
+	return openSized(t, target, fileSize)
+}
+
+// closeWithTail closes s and appends bytes no commit recorded to its
+// active file, as a transaction that never committed leaves them; it
+// returns the file's path.
+func closeWithTail(t *testing.T, s *Store) string {
+	t.Helper()
 	active := filepath.Join(s.blobs.dir, blobFileName(s.blobs.active))
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -257,8 +281,17 @@ func TestOpenCutsUncommittedBlobBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.Write(bytes.Repeat([]byte{0xee}, 1000))
-	f.Close()
+	defer f.Close()
+	if _, err := f.Write(bytes.Repeat([]byte{0xee}, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	return active
+}
+
+func TestOpenCutsUncommittedBlobBytes(t *testing.T) {
+	path, s, p := filledStore(t, 3)
+	_, before, _ := s.Digest()
+	closeWithTail(t, s)
 
 	s = openSized(t, path, 0)
 	if _, after, _ := s.Digest(); after != before {
@@ -354,14 +387,7 @@ func TestDigestAndSnapshotIgnoreFileLayout(t *testing.T) {
 		return p
 	}(), 2, "o")
 	old.Close()
-	tmp, err := ReceiveSnapshot(bytes.NewReader(stream), target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, target); err != nil {
-		t.Fatal(err)
-	}
-	restored := openSized(t, target, 100)
+	restored := restoreInto(t, stream, target, 100)
 	applied, dr, err := restored.Digest()
 	if err != nil || dr != ds || applied != 42 {
 		t.Fatalf("restored: applied %d, err %v, same digest %v", applied, err, dr == ds)

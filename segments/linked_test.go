@@ -44,10 +44,7 @@ func expand(manifest []byte, dir string) ([]byte, int64, error) {
 }
 
 func TestLinkedSnapshotExpandsToThePlainStream(t *testing.T) {
-	s := openSized(t, filepath.Join(t.TempDir(), "state.db"), 200)
-	var p *Partition
-	update(t, s, func(tx *Tx) error { p = newPartition(t, tx, "q", "p"); return nil })
-	fill(t, s, p, 30, "m")
+	s, p := rolledStore(t, 30)
 	plain := snapshotOf(t, s)
 	manifest, dir := linkedOf(t, s)
 	if !IsLinked(manifest[:8]) || IsLinked(plain[:8]) {
@@ -107,25 +104,14 @@ func TestLinkedSnapshotExpandsToThePlainStream(t *testing.T) {
 	if err != nil || !bytes.Equal(got, plain) {
 		t.Fatalf("read after the directory went: equal %v, error %v", bytes.Equal(got, plain), err)
 	}
-	target := filepath.Join(t.TempDir(), "restored.db")
-	tmp, err := ReceiveSnapshot(bytes.NewReader(got), target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, target); err != nil {
-		t.Fatal(err)
-	}
-	r := openSized(t, target, 200)
+	r := restoreInto(t, got, filepath.Join(t.TempDir(), "restored.db"), 200)
 	if _, after, _ := r.Digest(); after != before {
 		t.Fatal("restored state differs from the state the snapshot was taken of")
 	}
 }
 
 func TestLinkedSnapshotDamageEndsTheStream(t *testing.T) {
-	s := openSized(t, filepath.Join(t.TempDir(), "state.db"), 200)
-	var p *Partition
-	update(t, s, func(tx *Tx) error { p = newPartition(t, tx, "q", "p"); return nil })
-	fill(t, s, p, 12, "m")
+	s, _ := rolledStore(t, 12)
 	manifest, dir := linkedOf(t, s)
 	files, err := os.ReadDir(dir)
 	if err != nil || len(files) < 2 {
@@ -180,19 +166,10 @@ func TestLinkedSnapshotDamageEndsTheStream(t *testing.T) {
 // length. The cut must not reach the snapshot's copy.
 func TestOpenLeavesALinkedFileWhole(t *testing.T) {
 	path, s, p := filledStore(t, 3)
-	active := filepath.Join(s.blobs.dir, blobFileName(s.blobs.active))
 	_, before, _ := s.Digest()
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
 	// Bytes past the committed length, as a later state would have
 	// written them, and a snapshot's link to the file.
-	f, err := os.OpenFile(active, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Write(bytes.Repeat([]byte{0xee}, 1000))
-	f.Close()
+	active := closeWithTail(t, s)
 	link := filepath.Join(t.TempDir(), "linked.seg")
 	if err := os.Link(active, link); err != nil {
 		t.Skipf("no hard links here: %v", err)
