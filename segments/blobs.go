@@ -269,7 +269,14 @@ func (s *blobSet) begin(t *Tx) error {
 		}
 	}
 	no := s.active + 1
-	f, err := os.OpenFile(filepath.Join(s.dir, blobFileName(no)), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	// A new file under a fresh name: whatever held the name (a file an
+	// aborted rollover failed to remove) goes first, since truncating
+	// through a name could reach a file a snapshot links (linked.go).
+	path := filepath.Join(s.dir, blobFileName(no))
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale blob file %d: %w", no, err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("create blob file %d: %w", no, err)
 	}

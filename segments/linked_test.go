@@ -265,3 +265,24 @@ func FuzzExpandLinked(f *testing.F) {
 		}
 	})
 }
+
+// A rollover creates its new file under a fresh name: a file already under
+// that name (left by a rollover whose removal failed) is unlinked, not
+// truncated, so a snapshot's link to it keeps its bytes.
+func TestRolloverNeverTruncatesThroughAName(t *testing.T) {
+	s, p := rolledStore(t, 1)
+	next := filepath.Join(s.blobs.dir, blobFileName(s.blobs.active+1))
+	want := []byte("bytes a snapshot holds")
+	if err := os.WriteFile(next, want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "linked.seg")
+	if err := os.Link(next, link); err != nil {
+		t.Skipf("no hard links here: %v", err)
+	}
+	fill(t, s, p, 10, "n") // 200-byte files: rolls over past next
+	checkAccounting(t, s)
+	if got, err := os.ReadFile(link); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the linked file changed to %q: %v", got, err)
+	}
+}

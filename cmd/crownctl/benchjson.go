@@ -18,25 +18,30 @@ type pushResult struct{ Status, Error string }
 
 // pushResults reads the array of a push answer.
 func pushResults(body []byte) ([]pushResult, error) {
-	v, err := jsonscan.Value(body)
-	if err != nil {
-		return nil, err
-	}
 	var out []pushResult
-	err = jsonscan.ArrayValid(v, func(elem []byte) error {
-		var r pushResult
-		out = append(out, r)
-		return members(elem, func(key string, val []byte) error {
-			switch key {
+	err := elements(body, func(elem []byte) error {
+		out = append(out, pushResult{})
+		r := &out[len(out)-1]
+		return members(elem, func(key, val []byte) error {
+			switch string(key) {
 			case "status":
-				out[len(out)-1].Status = str(val)
+				r.Status = str(val)
 			case "error":
-				out[len(out)-1].Error = str(val)
+				r.Error = str(val)
 			}
 			return nil
 		})
 	})
 	return out, err
+}
+
+// elements walks the array an answer body holds.
+func elements(body []byte, fn func(elem []byte) error) error {
+	v, err := jsonscan.Value(body)
+	if err != nil {
+		return err
+	}
+	return jsonscan.ArrayValid(v, fn)
 }
 
 // popDeliveries reads the messages of a pop answer: each one's transaction
@@ -47,8 +52,8 @@ func popDeliveries(body []byte) ([]benchkit.Delivery, error) {
 		return nil, err
 	}
 	var ds []benchkit.Delivery
-	err = members(v, func(key string, val []byte) error {
-		if key != "messages" {
+	err = members(v, func(key, val []byte) error {
+		if string(key) != "messages" {
 			return nil
 		}
 		return jsonscan.ArrayValid(val, func(elem []byte) error {
@@ -56,8 +61,8 @@ func popDeliveries(body []byte) ([]benchkit.Delivery, error) {
 				d benchkit.Delivery
 				h crownHandle
 			)
-			err := members(elem, func(key string, val []byte) error {
-				switch key {
+			err := members(elem, func(key, val []byte) error {
+				switch string(key) {
 				case "transactionId":
 					d.TxnID = str(val)
 				case "partitionId":
@@ -107,15 +112,11 @@ func appendAckBatch(b []byte, group string, ds []benchkit.Delivery) []byte {
 // ackResults reads an ack batch answer: whether each acknowledgment
 // succeeded (success true and no error).
 func ackResults(body []byte) ([]bool, error) {
-	v, err := jsonscan.Value(body)
-	if err != nil {
-		return nil, err
-	}
 	var ok []bool
-	err = jsonscan.ArrayValid(v, func(elem []byte) error {
+	err := elements(body, func(elem []byte) error {
 		success, failed := false, false
-		err := members(elem, func(key string, val []byte) error {
-			switch key {
+		err := members(elem, func(key, val []byte) error {
+			switch string(key) {
 			case "success":
 				success = string(val) == "true"
 			case "error":
@@ -129,9 +130,10 @@ func ackResults(body []byte) ([]bool, error) {
 	return ok, err
 }
 
-// members walks an object, naming what else it found.
-func members(v []byte, fn func(key string, val []byte) error) error {
-	if err := jsonscan.ObjectValid(v, fn); err != nil {
+// members walks an object, naming what else it found. Member names are
+// compared, never kept, so they come as bytes (no string per member).
+func members(v []byte, fn func(key, val []byte) error) error {
+	if err := jsonscan.ObjectValidRaw(v, fn); err != nil {
 		return fmt.Errorf("%.40s: %w", v, err)
 	}
 	return nil
