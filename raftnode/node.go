@@ -121,9 +121,9 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create raft directory: %w", err)
 	}
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+	store, err := openLogStore(filepath.Join(dir, "raft.db"))
 	if err != nil {
-		return nil, fmt.Errorf("open raft log store: %w", err)
+		return nil, err
 	}
 	cleanup := []func(){func() { store.Close() }}
 	fail := func(err error) (*Node, error) {
