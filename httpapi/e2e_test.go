@@ -1071,6 +1071,10 @@ func TestHTTPPrometheus(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^queen_cluster_push_messages_total\{scope="cluster"\} 2$`).MatchString(text) {
 		t.Errorf("queen_cluster_push_messages_total is not 2:\n%s", grepLines(text, "queen_cluster_push_messages_total"))
 	}
+	// The pushes' entries are in the log and in no snapshot yet.
+	if !regexp.MustCompile(`(?m)^crown_raft_log_bytes_since_snapshot [1-9][0-9]*$`).MatchString(text) {
+		t.Errorf("crown_raft_log_bytes_since_snapshot is not positive:\n%s", grepLines(text, "crown_raft_log_bytes_since_snapshot"))
+	}
 	status, body := s.get("/metrics")
 	if status != http.StatusOK {
 		t.Fatalf("/metrics %d", status)

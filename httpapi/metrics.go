@@ -86,9 +86,9 @@ func (m *metrics) instrument(route string, h http.HandlerFunc) http.Handler {
 // clusterCollector exports the replicated lifetime counters (identical on
 // every node: aggregate with max, not sum) and this node's Raft position.
 type clusterCollector struct {
-	s                                  *Server
-	counters                           []*prometheus.Desc // in counterNames order
-	ack, applied, commit, leader, term *prometheus.Desc
+	s                                            *Server
+	counters                                     []*prometheus.Desc // in counterNames order
+	ack, applied, commit, leader, term, logBytes *prometheus.Desc
 }
 
 var counterNames = []string{
@@ -107,6 +107,8 @@ func newClusterCollector(s *Server) *clusterCollector {
 		commit:  prometheus.NewDesc("crown_raft_commit_index", "Last Raft index known committed by this node.", nil, nil),
 		leader:  prometheus.NewDesc("crown_raft_leader", "1 when this node is the Raft leader.", nil, nil),
 		term:    prometheus.NewDesc("crown_raft_term", "Current Raft term on this node.", nil, nil),
+		logBytes: prometheus.NewDesc("crown_raft_log_bytes_since_snapshot",
+			"Bytes of log entries this node applied that no snapshot holds yet; a snapshot is taken at --raft-snapshot-log-bytes.", nil, nil),
 	}
 	for _, n := range counterNames {
 		c.counters = append(c.counters, prometheus.NewDesc(n, "Cluster-wide lifetime counter (replicated; query with max).", nil, cluster))
@@ -118,7 +120,7 @@ func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.counters {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{c.ack, c.applied, c.commit, c.leader, c.term} {
+	for _, d := range []*prometheus.Desc{c.ack, c.applied, c.commit, c.leader, c.term, c.logBytes} {
 		ch <- d
 	}
 }
@@ -142,4 +144,5 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.commit, prometheus.GaugeValue, float64(st.CommitIndex))
 	ch <- prometheus.MustNewConstMetric(c.leader, prometheus.GaugeValue, leader)
 	ch <- prometheus.MustNewConstMetric(c.term, prometheus.GaugeValue, float64(st.Term))
+	ch <- prometheus.MustNewConstMetric(c.logBytes, prometheus.GaugeValue, float64(st.LogBytesSinceSnapshot))
 }

@@ -50,9 +50,14 @@ type Config struct {
 	LeaderLeaseTimeout time.Duration // default 500 ms
 	CommitTimeout      time.Duration // default 5 ms
 	TransportTimeout   time.Duration // default 10 s
-	// Snapshots: one every SnapshotThreshold entries (default 4096), keeping
-	// TrailingLogs (default 16384) entries so a briefly stopped node catches
-	// up from the log rather than a full snapshot.
+	// Snapshots: one whenever SnapshotLogBytes (default 256 MiB) of log were
+	// applied since the last (checked every SnapshotLogCheck, default 1 s),
+	// or SnapshotThreshold entries (default 65536, checked every
+	// SnapshotInterval) for floods of tiny entries, keeping TrailingLogs
+	// (default 16384) entries so a briefly stopped node catches up from the
+	// log rather than a full snapshot. See snappolicy.go.
+	SnapshotLogBytes  uint64
+	SnapshotLogCheck  time.Duration
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration // default 30 s
 	TrailingLogs      uint64
@@ -73,8 +78,12 @@ func (c *Config) defaults() {
 	def(&c.CommitTimeout, 5*time.Millisecond)
 	def(&c.TransportTimeout, 10*time.Second)
 	def(&c.SnapshotInterval, 30*time.Second)
+	def(&c.SnapshotLogCheck, time.Second)
+	if c.SnapshotLogBytes == 0 {
+		c.SnapshotLogBytes = 256 << 20
+	}
 	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = 4096
+		c.SnapshotThreshold = 65536
 	}
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = 16384
@@ -97,6 +106,7 @@ type Node struct {
 	log       *slog.Logger
 	raft      *raft.Raft
 	fsm       *fsm.FSM
+	counted   *logBytesFSM // fsm as Raft sees it
 	transport *raft.NetworkTransport
 	logStore  *raftboltdb.BoltStore
 	proposer  *Proposer
@@ -157,7 +167,7 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	}
 	cleanup = append(cleanup, func() { trans.Close() })
 
-	n := &Node{cfg: cfg, log: log, fsm: f, transport: trans, logStore: store,
+	n := &Node{cfg: cfg, log: log, fsm: f, counted: &logBytesFSM{FSM: f}, transport: trans, logStore: store,
 		notifyCh: make(chan bool, 16), obsCh: make(chan raft.Observation, 64), stopped: make(chan struct{})}
 	n.leaderView, n.endLeaderView = context.WithCancel(context.Background())
 
@@ -197,7 +207,7 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 			log.Info("bootstrapped cluster", "voters", len(servers))
 		}
 	}
-	r, err := raft.NewRaft(rc, f, logs, store, snaps, trans)
+	r, err := raft.NewRaft(rc, n.counted, logs, store, snaps, trans)
 	if err != nil {
 		return fail(fmt.Errorf("start raft: %w", err))
 	}
@@ -211,6 +221,7 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 		return ok
 	}))
 	go n.watchLeadership()
+	go n.snapshotOnLogBytes()
 	return n, nil
 }
 
@@ -315,6 +326,9 @@ type Status struct {
 	AppliedIndex uint64 // state machine
 	CommitIndex  uint64
 	LastIndex    uint64
+	// LogBytesSinceSnapshot is the size of the entries this process applied
+	// that no snapshot holds yet (snappolicy.go).
+	LogBytesSinceSnapshot uint64
 }
 
 // Status reports this node's Raft state.
@@ -324,6 +338,7 @@ func (n *Node) Status() Status {
 		State: n.raft.State().String(), LeaderID: id, LeaderAddr: addr,
 		Term:         n.raft.CurrentTerm(),
 		AppliedIndex: n.fsm.AppliedIndex(), CommitIndex: n.raft.CommitIndex(), LastIndex: n.raft.LastIndex(),
+		LogBytesSinceSnapshot: n.counted.sinceSnapshot(),
 	}
 }
 

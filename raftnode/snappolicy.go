@@ -1,0 +1,140 @@
+package raftnode
+
+import (
+	"errors"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/crownmq/crown/fsm"
+)
+
+// logBytesFSM is the state machine as Raft sees it: the same state machine,
+// counting the bytes of the log entries it applies so the node can take a
+// snapshot when the log since the last one is large (snapshotOnLogBytes).
+//
+// Raft's own trigger counts entries, and an entry's size varies a
+// thousandfold with load: a group commit of pushes is tens of KiB, a lone
+// pop a few dozen bytes. Counting entries, consume traffic snapshotted after
+// a few MB of log while a produce burst filled hundreds of MB; a snapshot
+// costs the same in either case (it copies the state database), and what
+// the log costs, disk and catch-up reads, is its bytes. rqlite triggers on
+// its WAL's size for the same reason. Raft's entry count stays as a
+// backstop for floods of tiny entries.
+//
+// The counts are this process's view, not replicated state: after a restart
+// the bytes applied before it are not counted again, so the first snapshot
+// after a restart may come up to one threshold late.
+type logBytesFSM struct {
+	*fsm.FSM
+	applied atomic.Uint64 // bytes of entries applied since this process started
+	covered atomic.Uint64 // of those, the bytes the newest snapshot holds
+}
+
+func (c *logBytesFSM) Apply(l *raft.Log) any {
+	c.applied.Add(uint64(len(l.Data)))
+	return c.FSM.Apply(l)
+}
+
+func (c *logBytesFSM) ApplyBatch(logs []*raft.Log) []any {
+	var n uint64
+	for _, l := range logs {
+		n += uint64(len(l.Data))
+	}
+	c.applied.Add(n)
+	return c.FSM.ApplyBatch(logs)
+}
+
+// Snapshot runs on Raft's FSM goroutine, between applies, so the count it
+// reads is exactly what the snapshot will hold. The count moves to covered
+// only once the snapshot is persisted: a failed one leaves the bytes
+// pending and the trigger fires again.
+func (c *logBytesFSM) Snapshot() (raft.FSMSnapshot, error) {
+	s, err := c.FSM.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	return &countedSnapshot{FSMSnapshot: s, owner: c, upTo: c.applied.Load()}, nil
+}
+
+// Restore replaces the state with a snapshot from the leader: every byte
+// applied so far is superseded by it.
+func (c *logBytesFSM) Restore(rc io.ReadCloser) error {
+	if err := c.FSM.Restore(rc); err != nil {
+		return err
+	}
+	c.cover(c.applied.Load())
+	return nil
+}
+
+// sinceSnapshot is the number of log bytes applied that no persisted or
+// restored snapshot holds.
+func (c *logBytesFSM) sinceSnapshot() uint64 {
+	covered := c.covered.Load()
+	applied := c.applied.Load()
+	if applied < covered {
+		return 0
+	}
+	return applied - covered
+}
+
+// cover records that a snapshot holds the first upTo bytes. Snapshots may
+// finish out of order (a user snapshot and Raft's own), so it only grows.
+func (c *logBytesFSM) cover(upTo uint64) {
+	for {
+		old := c.covered.Load()
+		if upTo <= old || c.covered.CompareAndSwap(old, upTo) {
+			return
+		}
+	}
+}
+
+type countedSnapshot struct {
+	raft.FSMSnapshot
+	owner *logBytesFSM
+	upTo  uint64
+}
+
+func (s *countedSnapshot) Persist(sink raft.SnapshotSink) error {
+	if err := s.FSMSnapshot.Persist(sink); err != nil {
+		return err
+	}
+	s.owner.cover(s.upTo)
+	return nil
+}
+
+// snapshotOnLogBytes asks Raft for a snapshot whenever the log applied since
+// the last one reaches SnapshotLogBytes. It runs on every node: each keeps
+// and compacts its own log. After a failure it waits SnapshotInterval before
+// trying again, so a full disk is reported, not hammered.
+func (n *Node) snapshotOnLogBytes() {
+	tick := time.NewTicker(n.cfg.SnapshotLogCheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-n.stopped:
+			return
+		case <-tick.C:
+		}
+		pending := n.counted.sinceSnapshot()
+		if pending < n.cfg.SnapshotLogBytes {
+			continue
+		}
+		n.log.Info("taking a snapshot: log since the last one over threshold", "bytes", pending, "threshold", n.cfg.SnapshotLogBytes)
+		err := n.raft.Snapshot().Error()
+		switch {
+		case err == nil, errors.Is(err, raft.ErrNothingNewToSnapshot):
+		case errors.Is(err, raft.ErrRaftShutdown):
+			return
+		default:
+			n.log.Warn("snapshot failed; retrying later", "err", err, "retry_in", n.cfg.SnapshotInterval)
+			select {
+			case <-n.stopped:
+				return
+			case <-time.After(n.cfg.SnapshotInterval):
+			}
+		}
+	}
+}
