@@ -562,3 +562,68 @@ func TestCheckPopAgreesWithPop(t *testing.T) {
 		}
 	}
 }
+
+// Raft may install a leader's snapshot while its own snapshot goroutine
+// still holds an FSMSnapshot of this machine, and that goroutine then waits
+// on Raft's main loop, which waits on this Restore: Restore must not wait
+// for the held snapshot's readers (a three-node chaos run deadlocked a
+// follower this way). The held snapshot stays usable or fails cleanly.
+func TestRestoreWhileOwnSnapshotIsHeld(t *testing.T) {
+	rec := record(t, 13, 300)
+	src := openFSM(t, t.TempDir(), "n1")
+	src.ApplyBatch(rec.logs[:200])
+	snap, err := src.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := &bufferSink{}
+	if err := snap.Persist(leader); err != nil {
+		t.Fatal(err)
+	}
+	snap.Release()
+
+	f := openFSM(t, t.TempDir(), "n2")
+	f.ApplyBatch(rec.logs[:120])
+	held, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- f.Restore(io.NopCloser(bytes.NewReader(leader.Bytes()))) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		held.Release() // lets the blocked Restore finish, so the test ends
+		<-done
+		t.Fatal("Restore waited for a snapshot Raft had not released")
+	}
+	if idx, dg := digestOf(t, f); idx != 200 || dg != rec.digests[199] {
+		t.Fatalf("restored index %d, digest matches %v", idx, dg == rec.digests[199])
+	}
+	// The held snapshot still streams the state it was taken at (or fails
+	// with an error), and releasing it lets the old file go.
+	own := &bufferSink{}
+	if err := held.Persist(own); err == nil {
+		g := openFSM(t, t.TempDir(), "n3")
+		if err := g.Restore(io.NopCloser(bytes.NewReader(own.Bytes()))); err != nil {
+			t.Fatal(err)
+		}
+		if idx, dg := digestOf(t, g); idx != 120 || dg != rec.digests[119] {
+			t.Fatalf("held snapshot holds index %d, digest matches %v", idx, dg == rec.digests[119])
+		}
+	} else if !own.canceled {
+		t.Fatalf("failed snapshot %v left its sink open", err)
+	} else {
+		t.Logf("the held snapshot failed cleanly: %v", err)
+	}
+	held.Release()
+	for i := 200; i < len(rec.logs); i++ {
+		f.ApplyBatch(rec.logs[i : i+1])
+	}
+	if _, dg := digestOf(t, f); dg != rec.digests[len(rec.logs)-1] {
+		t.Fatal("applies after the restore diverge")
+	}
+}

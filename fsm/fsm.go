@@ -429,11 +429,20 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 func (f *FSM) swapIn(tmp string) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.store != nil {
-		if err := f.store.Close(); err != nil {
-			return 0, fmt.Errorf("close state for restore: %w", err)
-		}
+	if old := f.store; old != nil {
 		f.store = nil
+		// Closing a store waits for its readers, and one of them may be a
+		// snapshot Raft has not released: Raft installs a leader's snapshot
+		// on its main loop, and its snapshot goroutine, holding an
+		// FSMSnapshot, may be waiting on that loop. So the old store closes
+		// on its own goroutine once its readers are done; until then it
+		// reads its file through its open descriptors, after the rename
+		// below has put the new file in its place.
+		go func() {
+			if err := old.Close(); err != nil {
+				f.log.Warn("closing the state replaced by a snapshot", "error", err)
+			}
+		}()
 	}
 	if err := os.Rename(tmp, f.dbPath()); err != nil {
 		return 0, fmt.Errorf("swap in snapshot: %w", err)

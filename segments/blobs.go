@@ -181,18 +181,25 @@ type blobTx struct {
 	created *os.File // the file a rollover opened, registered on commit
 }
 
-func (s *blobSet) handle(no uint64) *os.File {
+func (s *blobSet) handle(no uint64) (*os.File, error) {
 	s.mu.RLock()
-	f := s.files[no]
-	s.mu.RUnlock()
-	return f
+	defer s.mu.RUnlock()
+	if s.files == nil {
+		// A snapshot that outlived its store (fsm's Restore closes the
+		// replaced store without waiting for it).
+		return nil, ErrClosed
+	}
+	if f := s.files[no]; f != nil {
+		return f, nil
+	}
+	return nil, fmt.Errorf("blob file %d is not open: %w", no, ErrCorrupt)
 }
 
 // read returns the blob ref points to, in a fresh buffer.
 func (s *blobSet) read(ref blobRef) ([]byte, error) {
-	f := s.handle(ref.File)
-	if f == nil {
-		return nil, fmt.Errorf("blob file %d is not open: %w", ref.File, ErrCorrupt)
+	f, err := s.handle(ref.File)
+	if err != nil {
+		return nil, err
 	}
 	buf := make([]byte, ref.Len)
 	if _, err := f.ReadAt(buf, ref.Pos); err != nil {
@@ -301,10 +308,9 @@ func (s *blobSet) flush(t *Tx) (dead []uint64, err error) {
 	if len(w.pending) > 0 {
 		f := w.created
 		if f == nil {
-			f = s.handle(w.active)
-		}
-		if f == nil {
-			return nil, fmt.Errorf("active blob file %d is not open: %w", w.active, ErrCorrupt)
+			if f, err = s.handle(w.active); err != nil {
+				return nil, fmt.Errorf("active blob file: %w", err)
+			}
 		}
 		if _, err := f.WriteAt(w.pending, w.base); err != nil {
 			return nil, fmt.Errorf("write blob file %d: %w", w.active, err)

@@ -41,9 +41,9 @@ const maxBlobFileBytes = 1 << 40
 func (r *ReadSnapshot) WriteLinked(w io.Writer, dir string) (int64, error) {
 	sums := make([]uint32, len(r.files))
 	for i, no := range r.files {
-		f := r.blobs.handle(no)
-		if f == nil {
-			return 0, fmt.Errorf("blob file %d is not open: %w", no, ErrCorrupt)
+		f, err := r.blobs.handle(no)
+		if err != nil {
+			return 0, err
 		}
 		sum, err := placeBlobFile(f, filepath.Join(dir, blobFileName(no)), int64(r.sizes[i]), no == r.active)
 		if err != nil {

@@ -12,6 +12,9 @@ import (
 // was damaged or written by an incompatible version; callers treat it as fatal.
 var ErrCorrupt = errors.New("segments: corrupt record")
 
+// ErrClosed is returned by reads of a store that has been closed.
+var ErrClosed = errors.New("segments: store closed")
+
 // Queue origins: how a queue was born decides its lease default.
 const (
 	OriginPush      uint8 = 1 // implicit creation by a Queen push

@@ -89,9 +89,9 @@ func (r *ReadSnapshot) WriteTo(w io.Writer) (int64, error) {
 	binary.BigEndian.PutUint32(hdr[:4], uint32(len(r.files)))
 	cw.Write(hdr[:4])
 	for i, no := range r.files {
-		f := r.blobs.handle(no)
-		if f == nil {
-			return cw.n, fmt.Errorf("blob file %d is not open: %w", no, ErrCorrupt)
+		f, err := r.blobs.handle(no)
+		if err != nil {
+			return cw.n, err
 		}
 		binary.BigEndian.PutUint64(hdr[:], no)
 		cw.Write(hdr[:])
