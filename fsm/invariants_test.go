@@ -62,7 +62,10 @@ func checkInvariants(tx *segments.Tx) error {
 					return true, nil
 				}
 				seen[sm.TxID] = true
-				ref, ok := tx.TxID(p.ID, sm.TxID)
+				ref, ok, err := tx.TxID(p.ID, sm.TxID)
+				if err != nil {
+					return false, err
+				}
 				if !ok {
 					fail("%s: txid %q not indexed", where, sm.TxID)
 					return true, nil
@@ -75,7 +78,10 @@ func checkInvariants(tx *segments.Tx) error {
 				return false, err
 			}
 			for id := range seen {
-				ref, _ := tx.TxID(p.ID, id)
+				ref, _, err := tx.TxID(p.ID, id)
+				if err != nil {
+					return false, err
+				}
 				m, err := tx.MessageAt(p.ID, ref.Offset)
 				if err != nil {
 					return false, err

@@ -95,6 +95,11 @@ func must1[T any](v T, err error) T {
 	return v
 }
 
+func must2[T, U any](v T, w U, err error) (T, U) {
+	must(err)
+	return v, w
+}
+
 // newID returns a fresh UUIDv7-shaped id from the state's sequence.
 func (a *applier) newID() [16]byte {
 	seq := must1(a.tx.ReserveIDs(1))

@@ -22,7 +22,7 @@ var (
 	bucketSegments   = []byte("segments")   // pid(8) firstOffset(8) -> blobRef of the segment blob
 	bucketGroups     = []byte("groups")     // pid(8) group -> Group
 	bucketQueueGroup = []byte("qgroups")    // qid(8) group -> QueueGroup
-	bucketTxIDs      = []byte("txids")      // pid(8) txid -> offset(8) pushedAt(8) seq(8)
+	bucketTxIDs      = []byte("txids")      // pid(8) txid -> offset(8) of the newest occurrence (txids.go)
 	bucketLeases     = []byte("leases")     // leaseID(16) pid(8) group -> empty
 	bucketDLQ        = []byte("dlq")        // qid(8) seq(8) -> DeadLetter
 	bucketSubs       = []byte("subs")       // group 0 scope... -> Subscription
@@ -60,7 +60,7 @@ var (
 	metaSchema    = []byte("schema")     // layout version
 	metaCounters  = []byte("counters")   // lifetime counters, u64 each
 	metaEventSeq  = []byte("qevent_seq") // last queue-event number
-	schemaVersion = uint64(2)            // 2: segment blobs in files beside the database
+	schemaVersion = uint64(3)            // 2: segment blobs in files beside the database; 3: txid index values hold the offset alone
 )
 
 // nameKey keys a row by a name that may be empty (bbolt refuses empty keys;

@@ -260,11 +260,9 @@ func (t *Tx) TruncateSegment(p *Partition, first uint64, keep uint64) (uint64, e
 		droppedBytes += uint64(len(m.Payload))
 	}
 	for i, tx := range dropped {
-		ref, ok := t.TxID(p.ID, tx)
-		if ok && ref.Offset == first+keep+uint64(i) {
-			if err := t.del(bTxIDs, key8(p.ID, []byte(tx))); err != nil {
-				return 0, err
-			}
+		off := first + keep + uint64(i)
+		if err := t.delTxIDIfAt(p.ID, tx, off, off+1); err != nil {
+			return 0, err
 		}
 	}
 	ref, err := t.appendSegmentBlob(r.Header.CreatedAt, r.Header.BaseSeq, kept)

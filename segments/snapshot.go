@@ -279,8 +279,9 @@ func adoptReceived(path string, gen uint64, got map[uint64]uint64, durable bool)
 				return fmt.Errorf("bucket %s missing: %w", name, ErrCorrupt)
 			}
 		}
-		if v := tx.Bucket(bucketMeta).Get(metaSchema); len(v) != 8 || u64(v) != schemaVersion {
-			return fmt.Errorf("snapshot schema %x, this build reads %d: %w", v, schemaVersion, ErrCorrupt)
+		// Schema 2 is migrated when the store opens it (txids.go).
+		if v := tx.Bucket(bucketMeta).Get(metaSchema); len(v) != 8 || (u64(v) != schemaVersion && u64(v) != 2) {
+			return fmt.Errorf("snapshot schema %x, this build reads 2 and %d: %w", v, schemaVersion, ErrCorrupt)
 		}
 		files := tx.Bucket(bucketFiles)
 		c := files.Cursor()

@@ -45,6 +45,12 @@ type StoreOptions struct {
 // Open opens or creates the database at path and its blob files, and makes
 // sure every bucket exists.
 func Open(path string, o StoreOptions) (*Store, error) {
+	return openWithMigrationBatch(path, o, 4096)
+}
+
+// openWithMigrationBatch is Open, migrating a schema 2 index batch segments
+// per transaction.
+func openWithMigrationBatch(path string, o StoreOptions, batch int) (*Store, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:         5 * time.Second,
 		NoSync:          o.NoSync,
@@ -60,6 +66,7 @@ func Open(path string, o StoreOptions) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
+	migrate := false
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range storeBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
@@ -71,8 +78,10 @@ func Open(path string, o StoreOptions) (*Store, error) {
 			if err := meta.Put(metaSchema, be64(schemaVersion)); err != nil {
 				return err
 			}
+		} else if len(v) == 8 && u64(v) == 2 {
+			migrate = true
 		} else if len(v) != 8 || u64(v) != schemaVersion {
-			return fmt.Errorf("state database schema %x, this build reads %d", v, schemaVersion)
+			return fmt.Errorf("state database schema %x, this build reads 2 and %d", v, schemaVersion)
 		}
 		files := tx.Bucket(bucketFiles)
 		if files.Get(filesGen) != nil {
@@ -100,7 +109,18 @@ func Open(path string, o StoreOptions) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
-	return &Store{db: db, path: path, blobs: blobs}, nil
+	s := &Store{db: db, path: path, blobs: blobs}
+	if migrate {
+		log := o.Logger
+		if log == nil {
+			log = slog.New(slog.DiscardHandler)
+		}
+		if err := s.migrateTxIDs(log.With("state", path), batch); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // openBlobs opens the blob files the database names, cuts each back to its
@@ -740,7 +760,7 @@ func (t *Tx) AppendSegment(p *Partition, createdAt int64, baseSeq uint64, msgs [
 	}
 	var bytesIn uint64
 	for i := range msgs {
-		if err := t.PutTxID(p.ID, msgs[i].TxID, TxRef{Offset: first + uint64(i), PushedAt: createdAt, Seq: baseSeq + uint64(i)}); err != nil {
+		if err := t.putTxID(p.ID, msgs[i].TxID, first+uint64(i)); err != nil {
 			return 0, err
 		}
 		bytesIn += uint64(len(msgs[i].Payload))
@@ -937,11 +957,8 @@ func (t *Tx) DeleteSegment(p *Partition, first uint64) (uint64, error) {
 	}
 	count := uint64(r.Header.Count)
 	for _, tx := range txs {
-		ref, ok := t.TxID(p.ID, tx)
-		if ok && ref.Offset >= first && ref.Offset < first+count {
-			if err := t.del(bTxIDs, t.scratchKey8(p.ID, tx)); err != nil {
-				return 0, err
-			}
+		if err := t.delTxIDIfAt(p.ID, tx, first, first+count); err != nil {
+			return 0, err
 		}
 	}
 	if err := t.del(bSegments, key); err != nil {
@@ -963,39 +980,6 @@ func (t *Tx) DeleteSegment(p *Partition, first uint64) (uint64, error) {
 		}
 	}
 	return count, nil
-}
-
-// ---- transaction-id index ----
-
-// TxRef is what the transaction-id index holds for the newest occurrence of
-// an id in a partition: its offset, when it was pushed, and its id sequence
-// (so a duplicate can be answered with the original message id without
-// reading the segment).
-type TxRef struct {
-	Offset   uint64
-	PushedAt int64
-	Seq      uint64
-}
-
-// MessageID is the id of the referenced message.
-func (r TxRef) MessageID() [16]byte { return MessageID(r.PushedAt, r.Seq) }
-
-// TxID resolves a transaction id in a partition to its newest occurrence.
-func (t *Tx) TxID(pid uint64, txid string) (TxRef, bool) {
-	v := t.get(bTxIDs, t.scratchKey8(pid, txid))
-	if len(v) != 24 {
-		return TxRef{}, false
-	}
-	return TxRef{Offset: u64(v), PushedAt: int64(u64(v[8:])), Seq: u64(v[16:])}, true
-}
-
-// PutTxID points a transaction id at its newest occurrence.
-func (t *Tx) PutTxID(pid uint64, txid string, r TxRef) error {
-	v := t.value(24)
-	putU64(v, r.Offset)
-	putU64(v[8:], uint64(r.PushedAt))
-	putU64(v[16:], r.Seq)
-	return t.put(bTxIDs, t.scratchKey8(pid, txid), v)
 }
 
 // ---- consumer groups ----
