@@ -135,7 +135,7 @@ func (s *ackSession) resolve(it *AckItem) (ackTarget, bool) {
 	if off, ok := c.leased[it.TxID]; ok {
 		return ackTarget{cur: c, offset: off}, true
 	}
-	ref, ok := must2(s.a.tx.TxID(p.ID, it.TxID))
+	ref, ok := must2(s.a.tx.TxID(p.QueueID, p.ID, it.TxID))
 	if !ok {
 		return ackTarget{}, false
 	}

@@ -51,7 +51,7 @@ func TestDeleteQueueRemovesEverything(t *testing.T) {
 				t.Errorf("%d messages of %s kept", n, p.Name)
 			}
 			for _, tid := range []string{"a1", "a2", "b1"} {
-				if _, ok, err := tx.TxID(p.ID, tid); err != nil || ok {
+				if _, ok, err := tx.TxID(p.QueueID, p.ID, tid); err != nil || ok {
 					t.Errorf("transaction id %s kept on %s", tid, p.Name)
 				}
 			}

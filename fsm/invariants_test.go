@@ -62,7 +62,7 @@ func checkInvariants(tx *segments.Tx) error {
 					return true, nil
 				}
 				seen[sm.TxID] = true
-				ref, ok, err := tx.TxID(p.ID, sm.TxID)
+				ref, ok, err := tx.TxID(p.QueueID, p.ID, sm.TxID)
 				if err != nil {
 					return false, err
 				}
@@ -78,7 +78,7 @@ func checkInvariants(tx *segments.Tx) error {
 				return false, err
 			}
 			for id := range seen {
-				ref, _, err := tx.TxID(p.ID, id)
+				ref, _, err := tx.TxID(p.QueueID, p.ID, id)
 				if err != nil {
 					return false, err
 				}

@@ -166,7 +166,7 @@ func TestBlobFilesRollOverAndAreReclaimed(t *testing.T) {
 	})
 
 	// Deleting the partition frees everything but the file appends go to.
-	update(t, s, func(tx *Tx) error { return tx.DeletePartitionData(p) })
+	update(t, s, func(tx *Tx) error { return tx.deletePartitionData(p) })
 	checkAccounting(t, s)
 	if got := blobFiles(t, s); len(got) != 1 {
 		t.Fatalf("after deleting every segment: %v", got)

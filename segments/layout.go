@@ -22,7 +22,8 @@ var (
 	bucketSegments   = []byte("segments")   // pid(8) firstOffset(8) -> blobRef of the segment blob
 	bucketGroups     = []byte("groups")     // pid(8) group -> Group
 	bucketQueueGroup = []byte("qgroups")    // qid(8) group -> QueueGroup
-	bucketTxIDs      = []byte("txids")      // pid(8) txid -> offset(8) of the newest occurrence (txids.go)
+	bucketTxIDs      = []byte("txindex")    // qid(8) txid pid(8) len(2) -> offset(8) of the newest occurrence (txids.go)
+	bucketTxIDsV2    = []byte("txids")      // schema 2's index, rebuilt as txindex when opened
 	bucketLeases     = []byte("leases")     // leaseID(16) pid(8) group -> empty
 	bucketDLQ        = []byte("dlq")        // qid(8) seq(8) -> DeadLetter
 	bucketSubs       = []byte("subs")       // group 0 scope... -> Subscription
@@ -60,7 +61,7 @@ var (
 	metaSchema    = []byte("schema")     // layout version
 	metaCounters  = []byte("counters")   // lifetime counters, u64 each
 	metaEventSeq  = []byte("qevent_seq") // last queue-event number
-	schemaVersion = uint64(3)            // 2: segment blobs in files beside the database; 3: txid index values hold the offset alone
+	schemaVersion = uint64(3)            // 2: segment blobs in files beside the database; 3: txid index keyed by queue, values the offset alone
 )
 
 // nameKey keys a row by a name that may be empty (bbolt refuses empty keys;

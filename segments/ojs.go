@@ -261,7 +261,7 @@ func (t *Tx) TruncateSegment(p *Partition, first uint64, keep uint64) (uint64, e
 	}
 	for i, tx := range dropped {
 		off := first + keep + uint64(i)
-		if err := t.delTxIDIfAt(p.ID, tx, off, off+1); err != nil {
+		if err := t.delTxIDIfAt(p.QueueID, p.ID, tx, off, off+1); err != nil {
 			return 0, err
 		}
 	}

@@ -2,6 +2,7 @@ package segments
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -274,14 +275,23 @@ func adoptReceived(path string, gen uint64, got map[uint64]uint64, durable bool)
 	}
 	defer db.Close()
 	return db.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if meta == nil {
+			return fmt.Errorf("bucket %s missing: %w", bucketMeta, ErrCorrupt)
+		}
+		// Schema 2 is migrated when the store opens it (txids.go); its
+		// transaction-id index is in another bucket.
+		v := meta.Get(metaSchema)
+		if len(v) != 8 || (u64(v) != schemaVersion && u64(v) != 2) {
+			return fmt.Errorf("snapshot schema %x, this build reads 2 and %d: %w", v, schemaVersion, ErrCorrupt)
+		}
 		for _, name := range storeBuckets {
+			if u64(v) == 2 && bytes.Equal(name, bucketTxIDs) {
+				name = bucketTxIDsV2
+			}
 			if tx.Bucket(name) == nil {
 				return fmt.Errorf("bucket %s missing: %w", name, ErrCorrupt)
 			}
-		}
-		// Schema 2 is migrated when the store opens it (txids.go).
-		if v := tx.Bucket(bucketMeta).Get(metaSchema); len(v) != 8 || (u64(v) != schemaVersion && u64(v) != 2) {
-			return fmt.Errorf("snapshot schema %x, this build reads 2 and %d: %w", v, schemaVersion, ErrCorrupt)
 		}
 		files := tx.Bucket(bucketFiles)
 		c := files.Cursor()

@@ -760,7 +760,7 @@ func (t *Tx) AppendSegment(p *Partition, createdAt int64, baseSeq uint64, msgs [
 	}
 	var bytesIn uint64
 	for i := range msgs {
-		if err := t.putTxID(p.ID, msgs[i].TxID, first+uint64(i)); err != nil {
+		if err := t.putTxID(p.QueueID, p.ID, msgs[i].TxID, first+uint64(i)); err != nil {
 			return 0, err
 		}
 		bytesIn += uint64(len(msgs[i].Payload))
@@ -957,7 +957,7 @@ func (t *Tx) DeleteSegment(p *Partition, first uint64) (uint64, error) {
 	}
 	count := uint64(r.Header.Count)
 	for _, tx := range txs {
-		if err := t.delTxIDIfAt(p.ID, tx, first, first+count); err != nil {
+		if err := t.delTxIDIfAt(p.QueueID, p.ID, tx, first, first+count); err != nil {
 			return 0, err
 		}
 	}
@@ -1218,9 +1218,10 @@ func (t *Tx) deletePrefix(b int, prefix []byte) error {
 	return nil
 }
 
-// DeletePartitionData removes a partition, its segments, transaction ids,
-// group states and lease index entries.
-func (t *Tx) DeletePartitionData(p *Partition) error {
+// deletePartitionData removes a partition, its segments, group states and
+// lease index entries. Its transaction ids are keyed by queue, not
+// partition, so DeleteQueue removes them with the queue's.
+func (t *Tx) deletePartitionData(p *Partition) error {
 	err := t.ForEachGroup(p.ID, func(name string, g *Group) (bool, error) {
 		if g.HasLease() {
 			return true, t.UnindexLease(g.LeaseID, p.ID, name)
@@ -1241,7 +1242,7 @@ func (t *Tx) DeletePartitionData(p *Partition) error {
 			return err
 		}
 	}
-	for _, b := range []int{bSegments, bTxIDs, bGroups} {
+	for _, b := range []int{bSegments, bGroups} {
 		if err := t.deletePrefix(b, prefix); err != nil {
 			return err
 		}
@@ -1266,11 +1267,11 @@ func (t *Tx) DeleteQueue(q *Queue) error {
 		return err
 	}
 	for _, p := range parts {
-		if err := t.DeletePartitionData(p); err != nil {
+		if err := t.deletePartitionData(p); err != nil {
 			return err
 		}
 	}
-	for _, b := range []int{bDLQ, bQueueGroup} {
+	for _, b := range []int{bDLQ, bQueueGroup, bTxIDs} {
 		if err := t.deletePrefix(b, be64(q.ID)); err != nil {
 			return err
 		}

@@ -244,7 +244,7 @@ func TestScanAcrossSegmentsAndGaps(t *testing.T) {
 		if err != nil || m == nil || m.TxID != "m5" || m.CreatedAt != 30 || m.Offset != 5 || string(m.Payload) != `"m5"` {
 			t.Errorf("MessageAt(5) %+v %v", m, err)
 		}
-		seg5, _, _ := tx.TxID(p.ID, "m5")
+		seg5, _, _ := tx.TxID(p.QueueID, p.ID, "m5")
 		if m.ID != seg5.MessageID() {
 			t.Errorf("message id %x, index says %x", m.ID, seg5.MessageID())
 		}
@@ -343,15 +343,15 @@ func TestDeleteSegmentKeepsNewerTxIDs(t *testing.T) {
 		if err != nil || n != 3 {
 			t.Fatalf("delete %d %v", n, err)
 		}
-		if ref, ok, err := tx.TxID(p.ID, "a"); err != nil || !ok || ref.Offset != 4 || ref.PushedAt != 20 {
+		if ref, ok, err := tx.TxID(p.QueueID, p.ID, "a"); err != nil || !ok || ref.Offset != 4 || ref.PushedAt != 20 {
 			t.Fatalf("newer occurrence of a lost: %+v %v", ref, ok)
 		}
 		for _, id := range []string{"b", "c"} {
-			if _, ok, err := tx.TxID(p.ID, id); err != nil || ok {
+			if _, ok, err := tx.TxID(p.QueueID, p.ID, id); err != nil || ok {
 				t.Fatalf("index entry of deleted %s kept", id)
 			}
 		}
-		if ref, ok, err := tx.TxID(p.ID, "d"); err != nil || !ok || ref.Offset != 5 {
+		if ref, ok, err := tx.TxID(p.QueueID, p.ID, "d"); err != nil || !ok || ref.Offset != 5 {
 			t.Fatalf("d %+v", ref)
 		}
 		if p.Messages != 2 || p.Segments != 1 || p.FirstOffset != 4 || p.NextOffset != 6 || p.Bytes != uint64(len(`"a"`)+len(`"d"`)) {

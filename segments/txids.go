@@ -2,6 +2,7 @@ package segments
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 )
@@ -10,17 +11,24 @@ import (
 // carries this transaction id, newest first" for push deduplication and for
 // acks that name a message outside the caller's lease.
 //
-// A key is pid(8) txid, its value the offset(8) of the id's newest
-// occurrence. Schema 2 also kept the message's push time and id sequence in
-// the value (24 bytes), so that a duplicate was answered without reading its
-// segment; but the index is the bulk of the state file, which every
-// snapshot copies, and the lookups that find something are the rare ones (a
-// duplicate push, an ack outside the lease). So the value is the offset
-// alone, and a lookup that finds one reads the message's segment for the
-// rest. Keys keep the id itself: ids are usually sequential per producer
-// (counters, UUIDv7), which makes an insert an append to a leaf bbolt has
-// dirtied already, where a hashed key would dirty a random leaf per message
-// (BenchmarkApplyPush ran three times slower with hashed keys).
+// A key is qid(8) txid pid(8) len(txid)(2), its value the offset(8) of the
+// id's newest occurrence in that partition (the length last makes the
+// encoding unambiguous whatever bytes an id holds). Until schema 3 the key
+// was pid(8) txid and the value also held the message's push time and id
+// sequence, so that a duplicate was answered without reading its segment.
+// Two costs changed that:
+//
+//   - Size. The index is the bulk of the state file, which every snapshot
+//     copies, and lookups that find something are rare (a duplicate push, an
+//     ack outside the lease). So the value is the offset alone, and a lookup
+//     that finds one reads the message's segment for the rest.
+//   - Pages. Ids are usually sequential per producer (counters, UUIDv7), and
+//     a producer spreads its messages over the queue's partitions. Keyed by
+//     partition first, each message's key landed in its partition's range,
+//     one dirty leaf per message once a push spans many partitions; keyed by
+//     queue first, a producer's keys are neighbours whatever the partition.
+//     (A fixed-size hash of the id would have dirtied a random leaf per
+//     message everywhere: BenchmarkApplyPush ran three times slower.)
 
 // TxRef is a stored message a transaction id resolved to: its offset, when
 // it was pushed, and its id sequence.
@@ -33,16 +41,36 @@ type TxRef struct {
 // MessageID is the id of the referenced message.
 func (r TxRef) MessageID() [16]byte { return MessageID(r.PushedAt, r.Seq) }
 
-// putTxID points txid at the message at off, its newest occurrence.
-func (t *Tx) putTxID(pid uint64, txid string, off uint64) error {
-	v := t.value(8)
-	putU64(v, off)
-	return t.put(bTxIDs, t.scratchKey8(pid, txid), v)
+// txIDKey is qid(8) txid pid(8) len(2) in the transaction's scratch key.
+func (t *Tx) txIDKey(qid, pid uint64, txid string) []byte {
+	k := append(t.keyBuf[:0], 0, 0, 0, 0, 0, 0, 0, 0)
+	putU64(k, qid)
+	k = append(k, txid...)
+	k = binary.BigEndian.AppendUint64(k, pid)
+	k = binary.BigEndian.AppendUint16(k, uint16(len(txid)))
+	t.keyBuf = k
+	return k
 }
 
+// putTxID points txid at the message at off, its newest occurrence.
+func (t *Tx) putTxID(qid, pid uint64, txid string, off uint64) error {
+	if len(txid) > maxTxIDLen {
+		return fmt.Errorf("transaction id of %d bytes, at most %d: %w", len(txid), maxTxIDLen, ErrCorrupt)
+	}
+	v := t.value(8)
+	putU64(v, off)
+	return t.put(bTxIDs, t.txIDKey(qid, pid, txid), v)
+}
+
+// maxTxIDLen is what the key's length field holds; the HTTP layer allows 255.
+const maxTxIDLen = 1<<16 - 1
+
 // txIDOffset is the offset txid points at, if any.
-func (t *Tx) txIDOffset(pid uint64, txid string) (uint64, bool, error) {
-	v := t.get(bTxIDs, t.scratchKey8(pid, txid))
+func (t *Tx) txIDOffset(qid, pid uint64, txid string) (uint64, bool, error) {
+	if len(txid) > maxTxIDLen {
+		return 0, false, nil
+	}
+	v := t.get(bTxIDs, t.txIDKey(qid, pid, txid))
 	if v == nil {
 		return 0, false, nil
 	}
@@ -54,18 +82,19 @@ func (t *Tx) txIDOffset(pid uint64, txid string) (uint64, bool, error) {
 
 // delTxIDIfAt removes txid's index entry if it points at an offset in
 // [from, to): a message being deleted, not a newer occurrence.
-func (t *Tx) delTxIDIfAt(pid uint64, txid string, from, to uint64) error {
-	off, ok, err := t.txIDOffset(pid, txid)
+func (t *Tx) delTxIDIfAt(qid, pid uint64, txid string, from, to uint64) error {
+	off, ok, err := t.txIDOffset(qid, pid, txid)
 	if err != nil || !ok || off < from || off >= to {
 		return err
 	}
-	return t.del(bTxIDs, t.scratchKey8(pid, txid))
+	return t.del(bTxIDs, t.txIDKey(qid, pid, txid))
 }
 
-// TxID resolves a transaction id in a partition to its newest stored
-// occurrence, reading that message's segment for its time and sequence.
-func (t *Tx) TxID(pid uint64, txid string) (TxRef, bool, error) {
-	off, ok, err := t.txIDOffset(pid, txid)
+// TxID resolves a transaction id in a partition (of queue qid) to its newest
+// stored occurrence, reading that message's segment for its time and
+// sequence.
+func (t *Tx) TxID(qid, pid uint64, txid string) (TxRef, bool, error) {
+	off, ok, err := t.txIDOffset(qid, pid, txid)
 	if err != nil || !ok {
 		return TxRef{}, false, err
 	}
@@ -100,53 +129,69 @@ func (t *Tx) TxID(pid uint64, txid string) (TxRef, bool, error) {
 	return ref, true, nil
 }
 
-// migrateTxIDs rewrites a schema 2 transaction-id index (offset, time and
-// sequence in each value) to schema 3 (the offset alone), batch keys per
-// transaction, and records schema 3 last. Values already 8 bytes long are
-// left, so a migration a crash interrupts simply carries on.
+// migrateTxIDs rebuilds a schema 2 transaction-id index (bucket "txids":
+// pid(8) txid -> offset, time, sequence) as the schema 3 one, batch entries
+// per transaction, then drops the old bucket and records schema 3 in the
+// last one. The new bucket is emptied first, so a migration a crash
+// interrupts starts over at the next open.
 func (s *Store) migrateTxIDs(log *slog.Logger, batch int) error {
-	log.Info("state file has schema 2: rewriting the transaction-id index")
-	next := []byte{} // first key of the next batch; nil once done
+	log.Info("state file has schema 2: rebuilding the transaction-id index")
+	err := s.Update(func(t *Tx) error {
+		if err := t.tx.DeleteBucket(bucketTxIDs); err != nil {
+			return err
+		}
+		_, err := t.tx.CreateBucket(bucketTxIDs)
+		return err
+	})
+	next := []byte{} // first old key of the next batch; nil once done
 	n := 0
-	for next != nil {
-		err := s.Update(func(t *Tx) error {
-			// Collect, then write: a bbolt cursor is not valid across writes.
-			var keys, vals [][]byte
-			c := t.bucket(bTxIDs).Cursor()
+	qids := map[uint64]uint64{}
+	for err == nil && next != nil {
+		err = s.Update(func(t *Tx) error {
+			old := t.tx.Bucket(bucketTxIDsV2)
+			if old == nil {
+				return fmt.Errorf("schema 2 state without its %s bucket: %w", bucketTxIDsV2, ErrCorrupt)
+			}
+			c := old.Cursor()
 			k, v := c.Seek(next)
 			for i := 0; k != nil && i < batch; i++ {
-				switch len(v) {
-				case 8:
-				case 24:
-					keys, vals = append(keys, bytes.Clone(k)), append(vals, bytes.Clone(v[:8]))
-				default:
-					return fmt.Errorf("transaction-id index value of %d bytes at %x: %w", len(v), k, ErrCorrupt)
+				if len(k) < 8 || len(v) != 24 {
+					return fmt.Errorf("schema 2 transaction-id entry %x: %w", k, ErrCorrupt)
 				}
+				pid := u64(k)
+				qid, ok := qids[pid]
+				if !ok {
+					rec := t.get(bPartIDs, k[:8])
+					if len(rec) < 8 {
+						return fmt.Errorf("transaction-id entry of unknown partition %d: %w", pid, ErrCorrupt)
+					}
+					qid = u64(rec)
+					qids[pid] = qid
+				}
+				// Writes go to the other bucket: this cursor stays valid.
+				if err := t.putTxID(qid, pid, string(k[8:]), u64(v)); err != nil {
+					return err
+				}
+				n++
 				k, v = c.Next()
 			}
 			if k != nil {
 				next = bytes.Clone(k)
-			} else {
-				next = nil
+				return nil
 			}
-			for i := range keys {
-				if err := t.put(bTxIDs, keys[i], vals[i]); err != nil {
-					return err
-				}
+			next = nil
+			if err := t.tx.DeleteBucket(bucketTxIDsV2); err != nil {
+				return err
 			}
-			n += len(keys)
-			if next == nil {
-				return t.tx.Bucket(bucketMeta).Put(metaSchema, be64(schemaVersion))
-			}
-			return nil
+			return t.tx.Bucket(bucketMeta).Put(metaSchema, be64(schemaVersion))
 		})
-		if err != nil {
-			return fmt.Errorf("migrate the transaction-id index to schema %d: %w", schemaVersion, err)
-		}
-		if next != nil {
-			log.Info("rewriting the transaction-id index", "entries", n)
+		if err == nil && next != nil {
+			log.Info("rebuilding the transaction-id index", "entries", n)
 		}
 	}
-	log.Info("transaction-id index rewritten; state file now has schema 3", "entries", n)
+	if err != nil {
+		return fmt.Errorf("migrate the transaction-id index to schema %d: %w", schemaVersion, err)
+	}
+	log.Info("transaction-id index rebuilt; state file now has schema 3", "entries", n)
 	return nil
 }

@@ -27,11 +27,11 @@ func fillMigrationFixture(t *testing.T, s *Store) {
 	})
 }
 
-func lookup(t *testing.T, tx *Tx, pid uint64, txid string) (TxRef, bool) {
+func lookup(t *testing.T, tx *Tx, p *Partition, txid string) (TxRef, bool) {
 	t.Helper()
-	ref, ok, err := tx.TxID(pid, txid)
+	ref, ok, err := tx.TxID(p.QueueID, p.ID, txid)
 	if err != nil {
-		t.Fatalf("TxID(%d, %q): %v", pid, txid, err)
+		t.Fatalf("TxID(%d, %d, %q): %v", p.QueueID, p.ID, txid, err)
 	}
 	return ref, ok
 }
@@ -43,19 +43,19 @@ func checkFixtureIndex(t *testing.T, s *Store) {
 		p, _ := tx.Partition(q.ID, "p")
 		r, _ := tx.Partition(q.ID, "r")
 		for _, c := range []struct {
-			pid  uint64
+			part *Partition
 			txid string
 			off  uint64
 			at   int64
-		}{{p.ID, "a", 4, 20}, {p.ID, "d", 5, 20}, {p.ID, "e", 6, 30}, {r.ID, "a", 1, 15}, {r.ID, "x", 2, 15}} {
-			ref, ok := lookup(t, tx, c.pid, c.txid)
-			m, err := tx.MessageAt(c.pid, c.off)
+		}{{p, "a", 4, 20}, {p, "d", 5, 20}, {p, "e", 6, 30}, {r, "a", 1, 15}, {r, "x", 2, 15}} {
+			ref, ok := lookup(t, tx, c.part, c.txid)
+			m, err := tx.MessageAt(c.part.ID, c.off)
 			if !ok || err != nil || ref.Offset != c.off || ref.PushedAt != c.at || m == nil || m.ID != ref.MessageID() {
-				t.Errorf("%d/%s: %+v %v, message %+v %v", c.pid, c.txid, ref, ok, m, err)
+				t.Errorf("%s/%s: %+v %v, message %+v %v", c.part.Name, c.txid, ref, ok, m, err)
 			}
 		}
 		for _, gone := range []string{"b", "c", "x"} {
-			if _, ok := lookup(t, tx, p.ID, gone); ok {
+			if _, ok := lookup(t, tx, p, gone); ok {
 				t.Errorf("%s resolved on p", gone)
 			}
 		}
@@ -68,15 +68,14 @@ func checkFixtureIndex(t *testing.T, s *Store) {
 // entry that points at no stored message is damage, not a miss.
 func TestTxIDReadsTheMessage(t *testing.T) {
 	s := openStore(t)
-	var pid uint64
+	var p *Partition
 	update(t, s, func(tx *Tx) error {
-		p := newPartition(t, tx, "q", "p")
-		pid = p.ID
+		p = newPartition(t, tx, "q", "p")
 		appendMsgs(t, tx, p, 10, "x", "y") // 1-2
 		appendMsgs(t, tx, p, 20, "z", "x") // 3-4
 		// Looked up in the transaction that wrote it, before its blob
 		// reached the file.
-		if ref, ok := lookup(t, tx, pid, "z"); !ok || ref.Offset != 3 || ref.PushedAt != 20 {
+		if ref, ok := lookup(t, tx, p, "z"); !ok || ref.Offset != 3 || ref.PushedAt != 20 {
 			t.Errorf("z in its own transaction %+v %v", ref, ok)
 		}
 		return nil
@@ -87,20 +86,20 @@ func TestTxIDReadsTheMessage(t *testing.T) {
 			off  uint64
 			at   int64
 		}{{"x", 4, 20}, {"y", 2, 10}, {"z", 3, 20}} {
-			ref, ok := lookup(t, tx, pid, c.txid)
-			m, err := tx.MessageAt(pid, c.off)
+			ref, ok := lookup(t, tx, p, c.txid)
+			m, err := tx.MessageAt(p.ID, c.off)
 			if !ok || err != nil || ref.Offset != c.off || ref.PushedAt != c.at || m.ID != ref.MessageID() {
 				t.Errorf("%s: %+v %v, message %+v %v", c.txid, ref, ok, m, err)
 			}
 		}
-		if _, ok := lookup(t, tx, pid, "absent"); ok {
+		if _, ok := lookup(t, tx, p, "absent"); ok {
 			t.Error("an id never pushed resolved")
 		}
 		return nil
 	})
-	update(t, s, func(tx *Tx) error { return tx.putTxID(pid, "ghost", 99) })
+	update(t, s, func(tx *Tx) error { return tx.putTxID(p.QueueID, p.ID, "ghost", 99) })
 	view(t, s, func(tx *Tx) error {
-		if _, _, err := tx.TxID(pid, "ghost"); !errors.Is(err, ErrCorrupt) {
+		if _, _, err := tx.TxID(p.QueueID, p.ID, "ghost"); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("dangling index entry: %v", err)
 		}
 		return nil
@@ -195,4 +194,38 @@ func TestSchema2SnapshotIsMigrated(t *testing.T) {
 	}
 	defer s.Close()
 	checkFixtureIndex(t, s)
+}
+
+// Keys are queue, id, partition, id length: ids that are byte prefixes of
+// each other, or that end in what looks like a partition number, stay
+// apart, and the same id in two partitions of a queue is two entries.
+func TestTxIDKeysAreUnambiguous(t *testing.T) {
+	s := openStore(t)
+	update(t, s, func(tx *Tx) error {
+		p := newPartition(t, tx, "q", "p")
+		r := newPartition(t, tx, "q", "r")
+		o := newPartition(t, tx, "other", "p")
+		tricky := "x" + string(be64(p.ID))
+		appendMsgs(t, tx, p, 10, "x", "xy")                              // 1-2
+		appendMsgs(t, tx, r, 20, tricky, "x", "xy"+string([]byte{0, 2})) // 1-3
+		appendMsgs(t, tx, o, 30, "x")                                    // 1
+		for _, c := range []struct {
+			part *Partition
+			txid string
+			off  uint64
+		}{{p, "x", 1}, {p, "xy", 2}, {r, tricky, 1}, {r, "x", 2}, {r, "xy\x00\x02", 3}, {o, "x", 1}} {
+			if ref, ok := lookup(t, tx, c.part, c.txid); !ok || ref.Offset != c.off {
+				t.Errorf("%s/%q: %+v %v, want offset %d", c.part.Name, c.txid, ref, ok, c.off)
+			}
+		}
+		for _, c := range []struct {
+			part *Partition
+			txid string
+		}{{p, tricky}, {o, "xy"}, {p, "x" + string(be64(r.ID))}, {p, ""}} {
+			if ref, ok := lookup(t, tx, c.part, c.txid); ok {
+				t.Errorf("%s/%q resolved to %+v", c.part.Name, c.txid, ref)
+			}
+		}
+		return nil
+	})
 }
