@@ -48,8 +48,8 @@ func Open(path string, o StoreOptions) (*Store, error) {
 	return openWithMigrationBatch(path, o, 4096)
 }
 
-// openWithMigrationBatch is Open, migrating a schema 2 index batch segments
-// per transaction.
+// openWithMigrationBatch is Open, rebuilding a schema 2 transaction-id index
+// batch entries per transaction (tests make it small).
 func openWithMigrationBatch(path string, o StoreOptions, batch int) (*Store, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:         5 * time.Second,
