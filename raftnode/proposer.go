@@ -212,6 +212,11 @@ func (p *Proposer) submit(batch []*proposal) {
 		case *fsm.EntryResult:
 			for i, pr := range batch {
 				pr.out <- outcome{result: r.Results[i], index: r.Index}
+				// Raft keeps the future, and with it this response, alive
+				// for as long as its log cache holds the entry (the cache
+				// points into the future): a pop's result holds copies of
+				// the messages it delivered. The caller has its result now.
+				r.Results[i] = nil
 			}
 		case *fsm.ErrorResult:
 			for _, pr := range batch {
