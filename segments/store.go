@@ -45,7 +45,7 @@ type StoreOptions struct {
 // Open opens or creates the database at path and its blob files, and makes
 // sure every bucket exists.
 func Open(path string, o StoreOptions) (*Store, error) {
-	return openWithMigrationBatch(path, o, 4096)
+	return openWithMigrationBatch(path, o, 65536)
 }
 
 // openWithMigrationBatch is Open, rebuilding a schema 2 transaction-id index
