@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -104,5 +105,68 @@ func TestLogBytesCoveredOnlyByPersistedSnapshots(t *testing.T) {
 	c.applied.Add(70)
 	if got := c.sinceSnapshot(); got != 70 {
 		t.Fatalf("%d pending, want 70", got)
+	}
+}
+
+func TestFirstSnapshotAt(t *testing.T) {
+	for _, c := range []struct {
+		rank, voters int
+		want         uint64
+	}{
+		{0, 1, 300}, {0, 3, 100}, {1, 3, 200}, {2, 3, 300},
+		{0, 5, 60}, {4, 5, 300},
+		{-1, 3, 300}, {3, 3, 300}, {0, 0, 300}, // not a voter, or no configuration
+	} {
+		if got := firstSnapshotAt(300, c.rank, c.voters); got != c.want {
+			t.Errorf("rank %d of %d: %d, want %d", c.rank, c.voters, got, c.want)
+		}
+	}
+}
+
+// Three nodes started together take their first snapshots at a third, two
+// thirds and all of the threshold, in the order of their ids, rather than
+// all at the same entry.
+func TestSnapshotsAreStaggeredAcrossNodes(t *testing.T) {
+	const threshold = 96 << 10
+	var peers []Peer
+	for i := 1; i <= 3; i++ {
+		peers = append(peers, Peer{ID: fmt.Sprintf("n%d", i), Addr: freeAddr(t)})
+	}
+	var nodes []*testNode
+	for _, p := range peers {
+		cfg := fastConfig(p.ID, p.Addr, t.TempDir(), peers)
+		cfg.SnapshotLogBytes = threshold
+		cfg.SnapshotLogCheck = 5 * time.Millisecond
+		cfg.SnapshotThreshold = 1 << 40
+		nodes = append(nodes, startNode(t, cfg))
+	}
+	leader := waitLeader(t, nodes...)
+	payload := bytes.Repeat([]byte("x"), 4<<10)
+	first := make([]int, 3) // pushes after which each node had its first snapshot
+	for i := 1; i <= 40 && slices.Contains(first, 0); i++ {
+		cmd := &fsm.Push{Items: []fsm.PushItem{{Queue: "q", Partition: "p", TxID: fmt.Sprintf("s%d", i), Payload: payload}}}
+		if _, _, err := leader.node.Propose(context.Background(), cmd); err != nil {
+			t.Fatal(err)
+		}
+		// Every node has applied the entry and looked at its count.
+		for _, n := range nodes {
+			if err := n.fsm.WaitApplied(context.Background(), leader.fsm.AppliedIndex()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(60 * time.Millisecond)
+		for k, n := range nodes {
+			if first[k] == 0 && snapshotsOnDisk(t, n.dir) > 0 {
+				first[k] = i
+			}
+		}
+	}
+	// 4 KiB a push: a third of the threshold is 8 pushes.
+	t.Logf("first snapshot after push %v", first)
+	if !(first[0] < first[1] && first[1] < first[2]) || first[1]-first[0] < 4 || first[2]-first[1] < 4 {
+		t.Fatalf("first snapshots after pushes %v: not a third of the threshold apart in id order", first)
+	}
+	if first[2] > 26 {
+		t.Fatalf("the last node's first snapshot came after %d pushes, past the threshold", first[2])
 	}
 }
