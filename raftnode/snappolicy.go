@@ -152,8 +152,8 @@ func (n *Node) voterRank() (int, int) {
 // snapshotOnLogBytes asks Raft for a snapshot whenever the log applied since
 // the last one reaches SnapshotLogBytes (the first time, a share of it:
 // firstSnapshotAt). It runs on every node: each keeps and compacts its own
-// log. After a failure it waits SnapshotInterval before
-// trying again, so a full disk is reported, not hammered.
+// log. After a failure it waits SnapshotInterval before trying again, so a
+// full disk is reported, not hammered.
 func (n *Node) snapshotOnLogBytes() {
 	tick := time.NewTicker(n.cfg.SnapshotLogCheck)
 	defer tick.Stop()
@@ -178,7 +178,11 @@ func (n *Node) snapshotOnLogBytes() {
 		n.log.Info("taking a snapshot: log since the last one over threshold", "bytes", pending, "threshold", limit)
 		err := n.raft.Snapshot().Error()
 		switch {
-		case err == nil, errors.Is(err, raft.ErrNothingNewToSnapshot):
+		case err == nil:
+		case errors.Is(err, raft.ErrNothingNewToSnapshot):
+			// The newest snapshot already holds everything applied: count
+			// it as held rather than asking again every tick.
+			n.counted.cover(n.counted.applied.Load())
 		case errors.Is(err, raft.ErrRaftShutdown):
 			return
 		default:
