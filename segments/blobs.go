@@ -197,11 +197,17 @@ func (s *blobSet) handle(no uint64) (*os.File, error) {
 
 // read returns the blob ref points to, in a fresh buffer.
 func (s *blobSet) read(ref blobRef) ([]byte, error) {
+	return s.readPrefix(ref, int(ref.Len))
+}
+
+// readPrefix returns the first n bytes (at most the whole) of the blob ref
+// points to, in a fresh buffer.
+func (s *blobSet) readPrefix(ref blobRef, n int) ([]byte, error) {
 	f, err := s.handle(ref.File)
 	if err != nil {
 		return nil, err
 	}
-	buf := make([]byte, ref.Len)
+	buf := make([]byte, min(n, int(ref.Len)))
 	if _, err := f.ReadAt(buf, ref.Pos); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = ErrCorrupt
@@ -426,6 +432,26 @@ func (t *Tx) segmentBlob(v []byte) (blobRef, []byte, error) {
 	}
 	blob, err := t.store.blobs.read(ref)
 	return ref, blob, err
+}
+
+// segmentHeader reads only the fixed header of the segment blob v refers to.
+func (t *Tx) segmentHeader(v []byte) (SegmentHeader, error) {
+	ref, err := decodeRef(v)
+	if err != nil {
+		return SegmentHeader{}, err
+	}
+	if w := t.w; w != nil && ref.File == w.active && ref.Pos >= w.base {
+		_, blob, err := t.segmentBlob(v)
+		if err != nil {
+			return SegmentHeader{}, err
+		}
+		return DecodeSegmentHeader(blob)
+	}
+	b, err := t.store.blobs.readPrefix(ref, segmentHeader)
+	if err != nil {
+		return SegmentHeader{}, err
+	}
+	return DecodeSegmentHeader(b)
 }
 
 // SyncDir fsyncs a directory, making the names created or renamed in it
