@@ -135,11 +135,11 @@ func (s *ackSession) resolve(it *AckItem) (ackTarget, bool) {
 	if off, ok := c.leased[it.TxID]; ok {
 		return ackTarget{cur: c, offset: off}, true
 	}
-	ref, ok := must2(s.a.tx.TxID(p.QueueID, p.ID, it.TxID))
+	off, ok := must2(s.a.tx.TxIDOffset(p.QueueID, p.ID, it.TxID))
 	if !ok {
 		return ackTarget{}, false
 	}
-	return ackTarget{cur: c, offset: ref.Offset}, true
+	return ackTarget{cur: c, offset: off}, true
 }
 
 func (s *ackSession) cursorByUUID(id [16]byte) *groupCursor {

@@ -588,6 +588,7 @@ func TestRestoreWhileOwnSnapshotIsHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer held.Release() // a failure below must not leave f.Close waiting on it
 	done := make(chan error, 1)
 	go func() { done <- f.Restore(io.NopCloser(bytes.NewReader(leader.Bytes()))) }()
 	select {

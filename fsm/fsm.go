@@ -48,6 +48,9 @@ type FSM struct {
 
 	mu    sync.RWMutex
 	store *segments.Store
+	// retiring counts stores replaced by Restore that are still closing
+	// (swapIn); Close waits for them.
+	retiring sync.WaitGroup
 
 	applied atomic.Uint64
 	// appliedCh is closed and replaced after every commit, so waiters for
@@ -157,8 +160,11 @@ func (f *FSM) writeMarker(clean bool) error {
 	return segments.SyncDir(f.cfg.Dir)
 }
 
-// Close syncs and closes the state database and records a clean close.
+// Close syncs and closes the state database and records a clean close. It
+// first waits for stores a restore replaced to finish closing: their last
+// readers are Raft snapshots, which end when Raft shuts down, before this.
 func (f *FSM) Close() error {
+	f.retiring.Wait()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.store == nil {
@@ -438,11 +444,11 @@ func (f *FSM) swapIn(tmp string) (uint64, error) {
 		// on its own goroutine once its readers are done; until then it
 		// reads its file through its open descriptors, after the rename
 		// below has put the new file in its place.
-		go func() {
+		f.retiring.Go(func() {
 			if err := old.Close(); err != nil {
 				f.log.Warn("closing the state replaced by a snapshot", "error", err)
 			}
-		}()
+		})
 	}
 	if err := os.Rename(tmp, f.dbPath()); err != nil {
 		return 0, fmt.Errorf("swap in snapshot: %w", err)

@@ -423,35 +423,31 @@ func (t *Tx) segmentBlob(v []byte) (blobRef, []byte, error) {
 	if err != nil {
 		return blobRef{}, nil, err
 	}
-	if w := t.w; w != nil && ref.File == w.active && ref.Pos >= w.base {
-		off := ref.Pos - w.base
-		if off+int64(ref.Len) > int64(len(w.pending)) {
-			return blobRef{}, nil, fmt.Errorf("segment reference past the pending appends: %w", ErrCorrupt)
-		}
-		return ref, w.pending[off : off+int64(ref.Len) : off+int64(ref.Len)], nil
-	}
-	blob, err := t.store.blobs.read(ref)
+	blob, err := t.blobPrefix(ref, int(ref.Len))
 	return ref, blob, err
 }
 
-// segmentHeader reads only the fixed header of the segment blob v refers to.
-func (t *Tx) segmentHeader(v []byte) (SegmentHeader, error) {
-	ref, err := decodeRef(v)
-	if err != nil {
-		return SegmentHeader{}, err
-	}
-	if w := t.w; w != nil && ref.File == w.active && ref.Pos >= w.base {
-		_, blob, err := t.segmentBlob(v)
-		if err != nil {
-			return SegmentHeader{}, err
-		}
-		return DecodeSegmentHeader(blob)
-	}
-	b, err := t.store.blobs.readPrefix(ref, segmentHeader)
+// segmentHeader reads only the fixed header of the segment ref points to.
+func (t *Tx) segmentHeader(ref blobRef) (SegmentHeader, error) {
+	b, err := t.blobPrefix(ref, segmentHeader)
 	if err != nil {
 		return SegmentHeader{}, err
 	}
 	return DecodeSegmentHeader(b)
+}
+
+// blobPrefix is the first n bytes (at most all) of the blob ref points to:
+// from this transaction's pending appends, or read from its file.
+func (t *Tx) blobPrefix(ref blobRef, n int) ([]byte, error) {
+	if w := t.w; w != nil && ref.File == w.active && ref.Pos >= w.base {
+		off := ref.Pos - w.base
+		if off+int64(ref.Len) > int64(len(w.pending)) {
+			return nil, fmt.Errorf("segment reference past the pending appends: %w", ErrCorrupt)
+		}
+		end := off + int64(min(n, int(ref.Len)))
+		return w.pending[off:end:end], nil
+	}
+	return t.store.blobs.readPrefix(ref, n)
 }
 
 // SyncDir fsyncs a directory, making the names created or renamed in it

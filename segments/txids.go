@@ -19,10 +19,10 @@ import (
 // Two costs changed that:
 //
 //   - Size. The index is the bulk of the state file, which every snapshot
-//     copies, and lookups that find something are rare (a duplicate push, an
-//     ack outside the lease). So the value is the offset alone, and a lookup
-//     that finds one reads the 21-byte header of the message's segment for
-//     the rest (BenchmarkTxIDLookup: a hit 2.6-3.2 us, a miss 0.5 us).
+//     copies, and only a duplicate push needs more than the offset (an ack
+//     outside the lease needs the offset alone: TxIDOffset). So the value is
+//     the offset, and TxID reads the 21-byte header of the message's segment
+//     for the rest (BenchmarkTxIDLookup: a hit 2.6-3.2 us, a miss 0.5 us).
 //   - Pages. Ids are usually sequential per producer (counters, UUIDv7), and
 //     a producer spreads its messages over the queue's partitions. Keyed by
 //     partition first, each message's key landed in its partition's range,
@@ -66,8 +66,10 @@ func (t *Tx) putTxID(qid, pid uint64, txid string, off uint64) error {
 // maxTxIDLen is what the key's length field holds; the HTTP layer allows 255.
 const maxTxIDLen = 1<<16 - 1
 
-// txIDOffset is the offset txid points at, if any.
-func (t *Tx) txIDOffset(qid, pid uint64, txid string) (uint64, bool, error) {
+// TxIDOffset is the offset of txid's newest occurrence in a partition (of
+// queue qid), if one is stored: one index lookup, no read of the message
+// (what an ack needs; TxID adds its time and sequence).
+func (t *Tx) TxIDOffset(qid, pid uint64, txid string) (uint64, bool, error) {
 	if len(txid) > maxTxIDLen {
 		return 0, false, nil
 	}
@@ -84,7 +86,7 @@ func (t *Tx) txIDOffset(qid, pid uint64, txid string) (uint64, bool, error) {
 // delTxIDIfAt removes txid's index entry if it points at an offset in
 // [from, to): a message being deleted, not a newer occurrence.
 func (t *Tx) delTxIDIfAt(qid, pid uint64, txid string, from, to uint64) error {
-	off, ok, err := t.txIDOffset(qid, pid, txid)
+	off, ok, err := t.TxIDOffset(qid, pid, txid)
 	if err != nil || !ok || off < from || off >= to {
 		return err
 	}
@@ -95,7 +97,7 @@ func (t *Tx) delTxIDIfAt(qid, pid uint64, txid string, from, to uint64) error {
 // stored occurrence, reading the header of that message's segment for its
 // time and sequence.
 func (t *Tx) TxID(qid, pid uint64, txid string) (TxRef, bool, error) {
-	off, ok, err := t.txIDOffset(qid, pid, txid)
+	off, ok, err := t.TxIDOffset(qid, pid, txid)
 	if err != nil || !ok {
 		return TxRef{}, false, err
 	}
@@ -103,20 +105,18 @@ func (t *Tx) TxID(qid, pid uint64, txid string) (TxRef, bool, error) {
 		ref    TxRef
 		stored bool
 	)
-	err = t.walkSegments(pid, off, func(first uint64, _ blobRef, v []byte) (bool, error) {
-		if first > off {
+	err = t.walkSegments(pid, off, func(first uint64, seg blobRef, _ []byte) (bool, error) {
+		if first > off || off-first >= uint64(seg.Count) {
 			return false, nil
 		}
-		// The header holds what the index no longer does: a pread of 21
-		// bytes, not of the segment.
-		h, err := t.segmentHeader(v)
+		// The reference has the time; the id sequence is in the blob's
+		// header: a pread of 21 bytes, not of the segment.
+		h, err := t.segmentHeader(seg)
 		if err != nil {
 			return false, err
 		}
-		if off-first < uint64(h.Count) {
-			stored = true
-			ref = TxRef{Offset: off, PushedAt: h.CreatedAt, Seq: h.BaseSeq + (off - first)}
-		}
+		stored = true
+		ref = TxRef{Offset: off, PushedAt: seg.CreatedAt, Seq: h.BaseSeq + (off - first)}
 		return false, nil
 	})
 	if err != nil {

@@ -53,6 +53,9 @@ func checkFixtureIndex(t *testing.T, s *Store) {
 			if !ok || err != nil || ref.Offset != c.off || ref.PushedAt != c.at || m == nil || m.ID != ref.MessageID() {
 				t.Errorf("%s/%s: %+v %v, message %+v %v", c.part.Name, c.txid, ref, ok, m, err)
 			}
+			if off, ok, err := tx.TxIDOffset(c.part.QueueID, c.part.ID, c.txid); !ok || err != nil || off != c.off {
+				t.Errorf("%s/%s: offset %d %v %v, want %d", c.part.Name, c.txid, off, ok, err, c.off)
+			}
 		}
 		for _, gone := range []string{"b", "c", "x"} {
 			if _, ok := lookup(t, tx, p, gone); ok {
