@@ -1075,6 +1075,15 @@ func TestHTTPPrometheus(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^crown_raft_log_bytes_since_snapshot [1-9][0-9]*$`).MatchString(text) {
 		t.Errorf("crown_raft_log_bytes_since_snapshot is not positive:\n%s", grepLines(text, "crown_raft_log_bytes_since_snapshot"))
 	}
+	// This node leads, so it proposed the push's entry (and the queue's).
+	for _, name := range []string{"crown_commit_entries_total", "crown_commit_commands_total"} {
+		if !regexp.MustCompile(`(?m)^` + name + ` [1-9][0-9]*$`).MatchString(text) {
+			t.Errorf("%s is not positive:\n%s", name, grepLines(text, name))
+		}
+	}
+	if !regexp.MustCompile(`(?m)^crown_commit_lingered_total [0-9]+$`).MatchString(text) {
+		t.Errorf("crown_commit_lingered_total missing:\n%s", grepLines(text, "crown_commit_lingered_total"))
+	}
 	status, body := s.get("/metrics")
 	if status != http.StatusOK {
 		t.Fatalf("/metrics %d", status)

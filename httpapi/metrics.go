@@ -89,6 +89,7 @@ type clusterCollector struct {
 	s                                            *Server
 	counters                                     []*prometheus.Desc // in counterNames order
 	ack, applied, commit, leader, term, logBytes *prometheus.Desc
+	entries, commands, lingered                  *prometheus.Desc
 }
 
 var counterNames = []string{
@@ -109,6 +110,12 @@ func newClusterCollector(s *Server) *clusterCollector {
 		term:    prometheus.NewDesc("crown_raft_term", "Current Raft term on this node.", nil, nil),
 		logBytes: prometheus.NewDesc("crown_raft_log_bytes_since_snapshot",
 			"Bytes of log entries this node applied that no snapshot holds yet; a snapshot is taken at --raft-snapshot-log-bytes.", nil, nil),
+		entries: prometheus.NewDesc("crown_commit_entries_total",
+			"Raft log entries this node proposed as leader (group commit: many requests per entry).", nil, nil),
+		commands: prometheus.NewDesc("crown_commit_commands_total",
+			"Commands (requests) carried by the entries this node proposed; divided by crown_commit_entries_total, the batch size.", nil, nil),
+		lingered: prometheus.NewDesc("crown_commit_lingered_total",
+			"Entries that waited out --commit-linger for more requests (the node was busy) rather than filling up first.", nil, nil),
 	}
 	for _, n := range counterNames {
 		c.counters = append(c.counters, prometheus.NewDesc(n, "Cluster-wide lifetime counter (replicated; query with max).", nil, cluster))
@@ -120,7 +127,7 @@ func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.counters {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{c.ack, c.applied, c.commit, c.leader, c.term, c.logBytes} {
+	for _, d := range []*prometheus.Desc{c.ack, c.applied, c.commit, c.leader, c.term, c.logBytes, c.entries, c.commands, c.lingered} {
 		ch <- d
 	}
 }
@@ -145,4 +152,7 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.leader, prometheus.GaugeValue, leader)
 	ch <- prometheus.MustNewConstMetric(c.term, prometheus.GaugeValue, float64(st.Term))
 	ch <- prometheus.MustNewConstMetric(c.logBytes, prometheus.GaugeValue, float64(st.LogBytesSinceSnapshot))
+	ch <- prometheus.MustNewConstMetric(c.entries, prometheus.CounterValue, float64(st.ProposedEntries))
+	ch <- prometheus.MustNewConstMetric(c.commands, prometheus.CounterValue, float64(st.ProposedCommands))
+	ch <- prometheus.MustNewConstMetric(c.lingered, prometheus.CounterValue, float64(st.Lingered))
 }

@@ -329,6 +329,10 @@ type Status struct {
 	// LogBytesSinceSnapshot is the size of the entries this process applied
 	// that no snapshot holds yet (snappolicy.go).
 	LogBytesSinceSnapshot uint64
+	// ProposedEntries and ProposedCommands count the entries this node
+	// proposed as leader and the commands in them; Lingered counts the
+	// entries held back by the linger (proposer.go).
+	ProposedEntries, ProposedCommands, Lingered uint64
 }
 
 // Status reports this node's Raft state.
@@ -339,6 +343,9 @@ func (n *Node) Status() Status {
 		Term:         n.raft.CurrentTerm(),
 		AppliedIndex: n.fsm.AppliedIndex(), CommitIndex: n.raft.CommitIndex(), LastIndex: n.raft.LastIndex(),
 		LogBytesSinceSnapshot: n.counted.sinceSnapshot(),
+		ProposedEntries:       n.proposer.stats.Entries.Load(),
+		ProposedCommands:      n.proposer.stats.Commands.Load(),
+		Lingered:              n.proposer.stats.Lingered.Load(),
 	}
 }
 

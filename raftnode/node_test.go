@@ -139,11 +139,38 @@ func TestGroupCommitCoalesces(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	entries := n.node.Status().LastIndex - before
+	st := n.node.Status()
+	entries := st.LastIndex - before
 	if entries >= clients*each/2 {
 		t.Fatalf("%d commands took %d log entries: group commit did not coalesce", clients*each, entries)
 	}
-	t.Logf("%d commands in %d entries", clients*each, entries)
+	// The proposer's own counters tell the same story (the entries before
+	// the first proposal are Raft's configuration, not the proposer's).
+	if st.ProposedCommands != clients*each || st.ProposedEntries != entries {
+		t.Fatalf("proposer counted %d commands in %d entries, want %d in %d",
+			st.ProposedCommands, st.ProposedEntries, clients*each, entries)
+	}
+	if st.Lingered == 0 || st.Lingered >= st.ProposedEntries {
+		t.Fatalf("%d of %d entries lingered: a busy node lingers, a lone first command does not", st.Lingered, st.ProposedEntries)
+	}
+	t.Logf("%d commands in %d entries, %d lingered", clients*each, entries, st.Lingered)
+}
+
+// A negative linger means never, however often the defaults are applied
+// (Config.defaults applies the proposer's, and newProposer again).
+func TestNegativeLingerSurvivesDefaults(t *testing.T) {
+	cfg := Config{Proposer: ProposerConfig{Linger: -1}}
+	cfg.defaults()
+	cfg.Proposer.defaults()
+	if cfg.Proposer.Linger >= 0 {
+		t.Fatalf("linger %v after defaults, want negative (never)", cfg.Proposer.Linger)
+	}
+	var zero ProposerConfig
+	zero.defaults()
+	zero.defaults()
+	if zero.Linger != time.Millisecond {
+		t.Fatalf("default linger %v, want 1ms", zero.Linger)
+	}
 }
 
 func startCluster(t *testing.T, n int) []*testNode {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -29,7 +30,7 @@ type ProposerConfig struct {
 	// Linger holds an under-full batch back up to this long to let it fill
 	// (default 1 ms), but only while the node is busy (the previous entry
 	// carried more than one command), so a lone request on an idle node
-	// never waits.
+	// never waits. Negative: never.
 	Linger time.Duration
 	// EnqueueTimeout bounds how long Raft may take to accept an entry (default 10 s).
 	EnqueueTimeout time.Duration
@@ -45,9 +46,9 @@ func (c *ProposerConfig) defaults() {
 	if c.MaxInflight <= 0 {
 		c.MaxInflight = 1
 	}
-	if c.Linger < 0 {
-		c.Linger = 0
-	} else if c.Linger == 0 {
+	// Negative stays negative (never linger), so that applying the
+	// defaults twice (Config.defaults, then newProposer) keeps it.
+	if c.Linger == 0 {
 		c.Linger = time.Millisecond
 	}
 	if c.EnqueueTimeout <= 0 {
@@ -68,7 +69,18 @@ type Proposer struct {
 	wg    sync.WaitGroup
 	once  sync.Once
 	// busy is set when the previous entry carried more than one command.
-	busy bool
+	busy  bool
+	stats ProposerStats
+}
+
+// ProposerStats counts what group commit did on this node since it started.
+type ProposerStats struct {
+	// Entries and Commands count the log entries this node proposed and
+	// the commands they carried: their ratio is the batch size.
+	Entries, Commands atomic.Uint64
+	// Lingered counts entries that waited out the linger (the node was
+	// busy) rather than filling up first.
+	Lingered atomic.Uint64
 }
 
 type proposal struct {
@@ -165,12 +177,15 @@ func (p *Proposer) run() {
 			case pr := <-p.in:
 				batch, size = append(batch, pr), size+len(pr.framed)
 			case <-linger:
+				p.stats.Lingered.Add(1)
 				break fill
 			}
 		}
 		if timer != nil {
 			timer.Stop()
 		}
+		p.stats.Entries.Add(1)
+		p.stats.Commands.Add(uint64(len(batch)))
 		p.busy = len(batch) > 1
 		p.submit(batch)
 	}
