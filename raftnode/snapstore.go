@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/crownmq/crown/fsm"
+	"github.com/crownmq/crown/segments"
 )
 
 // linkingStore is raft's file snapshot store with room beside each
@@ -60,7 +62,12 @@ func (s *linkingStore) Create(version raft.SnapshotVersion, index, term uint64, 
 		sink.Cancel()
 		return nil, fmt.Errorf("snapshot directory %s not where the file store keeps it: %v", dir, err)
 	}
-	return &linkingSink{SnapshotSink: sink, dir: dir}, nil
+	state, err := os.Open(filepath.Join(dir, "state.bin")) // the file store's stream file
+	if err != nil {
+		sink.Cancel()
+		return nil, fmt.Errorf("snapshot stream file: %w", err)
+	}
+	return &linkingSink{SnapshotSink: sink, dir: dir, state: state}, nil
 }
 
 // Open returns a snapshot's stream, expanded when it is linked; the size in
@@ -83,9 +90,47 @@ func (s *linkingStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error
 	return meta, stream, nil
 }
 
+// linkingSink also makes the stream durable as it goes: the file store
+// fsyncs it only when it closes, and a snapshot's 100 MB flushed in one
+// piece stalls every Raft log fsync queued behind it on the same disk
+// (segments.SyncChunk). state is a second handle on the stream's file,
+// for those fsyncs; the file store's own is not exported.
 type linkingSink struct {
 	raft.SnapshotSink
-	dir string
+	dir      string
+	state    *os.File
+	unsynced int
 }
 
 func (s *linkingSink) LinkDir() string { return s.dir }
+
+func (s *linkingSink) Write(p []byte) (int, error) {
+	n, err := s.SnapshotSink.Write(p)
+	if s.unsynced += n; err == nil && s.unsynced >= segments.SyncChunk {
+		// What the file store still buffers (its bufio.Writer) waits for
+		// the next chunk or for Close.
+		s.unsynced = 0
+		err = s.state.Sync()
+	}
+	return n, err
+}
+
+// Close and Cancel may both be called, and Close twice (the state
+// machine's Persist closes the sink, then Raft does); the file store's own
+// are idempotent, so these are too.
+func (s *linkingSink) Close() error {
+	return errors.Join(s.SnapshotSink.Close(), s.closeState())
+}
+
+func (s *linkingSink) Cancel() error {
+	return errors.Join(s.SnapshotSink.Cancel(), s.closeState())
+}
+
+func (s *linkingSink) closeState() error {
+	if s.state == nil {
+		return nil
+	}
+	err := s.state.Close()
+	s.state = nil
+	return err
+}

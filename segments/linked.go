@@ -84,7 +84,7 @@ func placeBlobFile(src *os.File, dst string, n int64, active bool) (uint32, erro
 		if err := os.Link(src.Name(), dst); err == nil {
 			// The link shares the live file's pages, which the store
 			// writes without fsync unless --fsm-sync is on.
-			return sum.Sum32(), src.Sync()
+			return sum.Sum32(), syncInChunks(src, n)
 		}
 	}
 	// Whatever holds the name goes first: a copy must never truncate

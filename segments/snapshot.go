@@ -328,18 +328,17 @@ func writeFileFrom(path string, r io.Reader, n int64, durable bool) error {
 	if err != nil {
 		return err
 	}
-	if _, err := io.CopyN(out, r, n); err != nil {
+	if durable {
+		_, err = copyDurably(out, r, n)
+	} else {
+		_, err = io.CopyN(out, r, n)
+	}
+	if err != nil {
 		out.Close()
 		if errors.Is(err, io.EOF) {
 			err = fmt.Errorf("stream ended early: %w", ErrCorrupt)
 		}
 		return err
-	}
-	if durable {
-		if err := out.Sync(); err != nil {
-			out.Close()
-			return err
-		}
 	}
 	return out.Close()
 }
