@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time" // Config.Writeback only: nothing here reads the clock
 
 	"github.com/hashicorp/raft"
 
@@ -32,6 +33,9 @@ type Config struct {
 	// Sync fsyncs the state database on every commit. Off by default: the
 	// Raft log is fsynced and is the durable record (DESIGN.md, "Durability").
 	Sync bool
+	// Writeback, when positive and Sync is off, has the kernel start
+	// writing the state's dirty pages this often (segments.StoreOptions).
+	Writeback time.Duration
 	// BootID identifies the running kernel boot; see DESIGN.md. Empty
 	// disables the crash check (the file is then always trusted).
 	BootID string
@@ -109,7 +113,7 @@ func Open(cfg Config) (*FSM, error) {
 func (f *FSM) dbPath() string { return filepath.Join(f.cfg.Dir, dbFile) }
 
 func (f *FSM) storeOptions() segments.StoreOptions {
-	return segments.StoreOptions{NoSync: !f.cfg.Sync, MmapSize: 1 << 30, Logger: f.log}
+	return segments.StoreOptions{NoSync: !f.cfg.Sync, MmapSize: 1 << 30, Writeback: f.cfg.Writeback, Logger: f.log}
 }
 
 // checkCrash discards a state database that may be torn: one written without

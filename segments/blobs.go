@@ -195,6 +195,19 @@ func (s *blobSet) handle(no uint64) (*os.File, error) {
 	return nil, fmt.Errorf("blob file %d is not open: %w", no, ErrCorrupt)
 }
 
+// openFiles lists the open blob files. One may be closed as soon as this
+// returns (a dead file being removed); callers only use it through calls
+// that fail cleanly on a closed file.
+func (s *blobSet) openFiles() []*os.File {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	fs := make([]*os.File, 0, len(s.files))
+	for _, f := range s.files {
+		fs = append(fs, f)
+	}
+	return fs
+}
+
 // read returns the blob ref points to, in a fresh buffer.
 func (s *blobSet) read(ref blobRef) ([]byte, error) {
 	return s.readPrefix(ref, int(ref.Len))

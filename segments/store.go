@@ -19,9 +19,10 @@ import (
 
 // Store is the state machine's bbolt database and the blob files beside it.
 type Store struct {
-	db    *bolt.DB
-	path  string
-	blobs *blobSet
+	db        *bolt.DB
+	path      string
+	blobs     *blobSet
+	writeback *writeback // nil unless StoreOptions.Writeback is set
 }
 
 // StoreOptions tune how the database file is opened.
@@ -37,6 +38,11 @@ type StoreOptions struct {
 	// BlobFileSize is the size at which segment blobs move on to a new file
 	// (DefaultBlobFileSize when zero).
 	BlobFileSize int64
+	// Writeback, when positive and NoSync is set, has the kernel start
+	// writing the store's dirty pages this often (writeback.go), so they
+	// reach the disk in small pieces instead of the kernel's bursts. Linux
+	// only; ignored elsewhere.
+	Writeback time.Duration
 	// Logger receives what the store does outside a transaction's result:
 	// a blob file it could not remove yet (it retries). Nil discards.
 	Logger *slog.Logger
@@ -118,6 +124,12 @@ func openWithMigrationBatch(path string, o StoreOptions, batch int) (*Store, err
 		if err := s.migrateTxIDs(log.With("state", path), batch); err != nil {
 			s.Close()
 			return nil, err
+		}
+	}
+	if o.NoSync && o.Writeback > 0 && writebackSupported {
+		if s.writeback, err = startWritebackLoop(s, o.Writeback, startWriteback); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("start writeback: %w", err)
 		}
 	}
 	return s, nil
@@ -271,6 +283,7 @@ func unshareBlobFile(path string, size int64) (*os.File, error) {
 
 // Close flushes the file to disk and closes it.
 func (s *Store) Close() error {
+	s.writeback.close()
 	berr := s.blobs.close()
 	if err := s.db.Sync(); err != nil {
 		s.db.Close()
