@@ -83,8 +83,8 @@ func TestWritebackFollowsOptions(t *testing.T) {
 	}
 }
 
-// startWriteback works on a file with dirty pages and fails cleanly on a
-// closed one.
+// startWriteback works on a file with dirty pages, through a read-only
+// handle too, and fails cleanly on a closed one.
 func TestStartWriteback(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("sync_file_range is Linux only; startWriteback is a no-op elsewhere")
@@ -99,6 +99,18 @@ func TestStartWriteback(t *testing.T) {
 	if err := startWriteback(f); err != nil {
 		t.Fatalf("on an open file: %v", err)
 	}
+	// The loop's handle on the state database is read-only.
+	ro, err := os.Open(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("dirty"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := startWriteback(ro); err != nil {
+		t.Fatalf("on a read-only handle: %v", err)
+	}
+	ro.Close()
 	f.Close()
 	if err := startWriteback(f); err == nil {
 		t.Fatal("on a closed file: no error")
