@@ -73,6 +73,7 @@ func TestWritebackFollowsOptions(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
+		s.writeback.close() // stopping twice is harmless
 		if s.writeback != nil {
 			select {
 			case <-s.writeback.done:
