@@ -12,7 +12,9 @@ import (
 // 30 s old, every 5 s: on the test host 40-120 MB at a time. Every Raft log
 // fsync on the same disk then queued behind that burst (push latency maxima
 // of 265-406 ms at 16,000 msg/s; 57-70 ms with this every 100 ms,
-// docs/performance.md lesson 20). It is I/O scheduling only: what
+// docs/performance.md lesson 20). More often costs throughput: a page the
+// state file rewrites is written each time (crownd's default, 250 ms, is
+// the measured middle). It is I/O scheduling only: what
 // is on disk when is still the kernel's business, and recovery never relies
 // on it (fsm/DESIGN.md).
 type writeback struct {

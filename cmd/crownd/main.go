@@ -97,7 +97,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the HTTP address")
 	fs.BoolVar(&c.OJSStrict, "ojs-strict-queues", false, "OJS API: pause and resume of an unknown queue get 404 instead of creating it")
 	fs.BoolVar(&c.FSMSync, "fsm-sync", false, "fsync the state database on every commit (the Raft log is always fsynced; see README, Durability)")
-	fs.DurationVar(&c.FSMWriteback, "fsm-writeback", 100*time.Millisecond, "without --fsm-sync: have the kernel start writing the state's dirty pages this often, so they reach the disk in small pieces rather than bursts that stall Raft's fsyncs (0: leave it to the kernel; Linux only)")
+	fs.DurationVar(&c.FSMWriteback, "fsm-writeback", 250*time.Millisecond, "without --fsm-sync: have the kernel start writing the state's dirty pages this often, so they reach the disk in small pieces rather than bursts that stall Raft's fsyncs (0: leave it to the kernel; Linux only)")
 	fs.DurationVar(&c.Raft.HeartbeatTimeout, "raft-heartbeat-timeout", time.Second, "Raft heartbeat timeout: how long a follower waits for the leader before an election")
 	fs.DurationVar(&c.Raft.ElectionTimeout, "raft-election-timeout", time.Second, "Raft election timeout")
 	fs.Uint64Var(&c.Raft.SnapshotLogBytes, "raft-snapshot-log-bytes", 256<<20, "take a snapshot once this many bytes of log were applied since the last one")
