@@ -70,11 +70,12 @@ type Proposer struct {
 	once  sync.Once
 	// busy is set when the previous entry carried more than one command.
 	busy  bool
-	stats ProposerStats
+	stats proposerStats
 }
 
-// ProposerStats counts what group commit did on this node since it started.
-type ProposerStats struct {
+// proposerStats counts what group commit did on this node since it
+// started (Node.Status reports them).
+type proposerStats struct {
 	// Entries and Commands count the log entries this node proposed and
 	// the commands they carried: their ratio is the batch size.
 	Entries, Commands atomic.Uint64

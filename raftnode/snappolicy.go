@@ -157,19 +157,16 @@ func (n *Node) voterRank() (int, int) {
 func (n *Node) snapshotOnLogBytes() {
 	tick := time.NewTicker(n.cfg.SnapshotLogCheck)
 	defer tick.Stop()
-	rank, voters := -1, 0
 	for {
 		select {
 		case <-n.stopped:
 			return
 		case <-tick.C:
 		}
-		if !n.counted.snapshotted.Load() {
-			rank, voters = n.voterRank()
-		}
 		pending := n.counted.sinceSnapshot()
 		limit := n.cfg.SnapshotLogBytes
 		if !n.counted.snapshotted.Load() {
+			rank, voters := n.voterRank()
 			limit = firstSnapshotAt(limit, rank, voters)
 		}
 		if pending < limit {
