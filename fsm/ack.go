@@ -102,7 +102,7 @@ func (s *ackSession) cursor(p *segments.Partition) *groupCursor {
 		c.leaseAtStart = g.LeaseID
 		if g.Next <= g.LeaseLast {
 			c.leased = make(map[string]uint64, g.LeaseDelivered)
-			must(s.a.tx.Scan(p.ID, g.Next, func(sm *segments.StoredMessage) (bool, error) {
+			must(s.a.tx.Scan(p, g.Next, func(sm *segments.StoredMessage) (bool, error) {
 				if sm.Offset > g.LeaseLast {
 					return false, nil
 				}
@@ -270,7 +270,7 @@ func (s *ackSession) release(c *groupCursor) {
 
 // deadLetter copies the message at off into the queue's dead-letter table for the group.
 func (s *ackSession) deadLetter(c *groupCursor, off uint64, errText string) {
-	m := must1(s.a.tx.MessageAt(c.part.ID, off))
+	m := must1(s.a.tx.MessageAt(c.part, off))
 	if m == nil {
 		return
 	}

@@ -38,7 +38,7 @@ func checkInvariants(tx *segments.Tx) error {
 			first := p.NextOffset
 			lastEnd := uint64(0)
 			var lastCreated int64
-			if err := tx.Segments(p.ID, func(si segments.SegmentInfo) (bool, error) {
+			if err := tx.Segments(p, func(si segments.SegmentInfo) (bool, error) {
 				if segs == 0 {
 					first = si.First
 				}
@@ -57,12 +57,12 @@ func checkInvariants(tx *segments.Tx) error {
 			}
 			// Every stored transaction id resolves to a stored message carrying it.
 			seen := map[string]bool{}
-			if err := tx.Scan(p.ID, 0, func(sm *segments.StoredMessage) (bool, error) {
+			if err := tx.Scan(p, 0, func(sm *segments.StoredMessage) (bool, error) {
 				if seen[sm.TxID] {
 					return true, nil
 				}
 				seen[sm.TxID] = true
-				ref, ok, err := tx.TxID(p.QueueID, p.ID, sm.TxID)
+				ref, ok, err := tx.TxID(p, sm.TxID)
 				if err != nil {
 					return false, err
 				}
@@ -78,11 +78,11 @@ func checkInvariants(tx *segments.Tx) error {
 				return false, err
 			}
 			for id := range seen {
-				ref, _, err := tx.TxID(p.QueueID, p.ID, id)
+				ref, _, err := tx.TxID(p, id)
 				if err != nil {
 					return false, err
 				}
-				m, err := tx.MessageAt(p.ID, ref.Offset)
+				m, err := tx.MessageAt(p, ref.Offset)
 				if err != nil {
 					return false, err
 				}

@@ -166,8 +166,8 @@ type eligibility struct {
 // still delayed, delayedAt is that message's commit time. Commit times are
 // monotone in a partition, so the delayed (or window-held) rest is a
 // contiguous tail.
-func (e *eligibility) deliverable(tx *segments.Tx, pid uint64, want uint32) (n uint32, last uint64, delayedAt int64) {
-	must(tx.ScanRanges(pid, e.start, func(first, end uint64, createdAt int64) (bool, error) {
+func (e *eligibility) deliverable(tx *segments.Tx, part *segments.Partition, want uint32) (n uint32, last uint64, delayedAt int64) {
+	must(tx.ScanRanges(part, e.start, func(first, end uint64, createdAt int64) (bool, error) {
 		if e.before != 0 {
 			end = min(end, e.before)
 		}
@@ -240,7 +240,7 @@ func (a *applier) tryClaim(p *popState, q *segments.Queue, part *segments.Partit
 	// The node answering the pop copies the messages; the others only
 	// need the claimed range. Both stop at the same message.
 	if a.full {
-		must(a.tx.Scan(part.ID, start, func(sm *segments.StoredMessage) (bool, error) {
+		must(a.tx.Scan(part, start, func(sm *segments.StoredMessage) (bool, error) {
 			if sm.CreatedAt > e.visible || (e.before != 0 && sm.Offset >= e.before) {
 				return false, nil
 			}
@@ -255,7 +255,7 @@ func (a *applier) tryClaim(p *popState, q *segments.Queue, part *segments.Partit
 			return n < p.remaining, nil
 		}))
 	} else {
-		n, last, _ = e.deliverable(a.tx, part.ID, p.remaining)
+		n, last, _ = e.deliverable(a.tx, part, p.remaining)
 	}
 	if n == 0 {
 		return false
@@ -408,7 +408,7 @@ func firstAtOrAfter(tx *segments.Tx, p *segments.Partition, t int64) uint64 {
 		return p.NextOffset
 	}
 	pos := p.FirstOffset
-	must(tx.SegmentsReverse(p.ID, func(si segments.SegmentInfo) (bool, error) {
+	must(tx.SegmentsReverse(p, func(si segments.SegmentInfo) (bool, error) {
 		if si.CreatedAt < t {
 			pos = si.First + si.Count
 			return false, nil

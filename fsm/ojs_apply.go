@@ -430,7 +430,7 @@ func partitionBacklog(tx *segments.Tx, p *segments.Partition) uint64 {
 	}
 	// A purge left gaps: count the stored messages before from.
 	var before uint64
-	must(tx.Segments(p.ID, func(si segments.SegmentInfo) (bool, error) {
+	must(tx.Segments(p, func(si segments.SegmentInfo) (bool, error) {
 		if si.First >= from {
 			return false, nil
 		}
@@ -455,7 +455,7 @@ func partitionBacklogBytes(tx *segments.Tx, p *segments.Partition) uint64 {
 	}
 	var sum uint64
 	if from-p.FirstOffset < p.NextOffset-from {
-		must(tx.Scan(p.ID, p.FirstOffset, func(sm *segments.StoredMessage) (bool, error) {
+		must(tx.Scan(p, p.FirstOffset, func(sm *segments.StoredMessage) (bool, error) {
 			if sm.Offset >= from {
 				return false, nil
 			}
@@ -464,7 +464,7 @@ func partitionBacklogBytes(tx *segments.Tx, p *segments.Partition) uint64 {
 		}))
 		return p.Bytes - min(sum, p.Bytes)
 	}
-	must(tx.Scan(p.ID, from, func(sm *segments.StoredMessage) (bool, error) {
+	must(tx.Scan(p, from, func(sm *segments.StoredMessage) (bool, error) {
 		sum += uint64(len(sm.Payload))
 		return true, nil
 	}))
@@ -700,7 +700,7 @@ func (a *applier) moveBacklog(q *segments.Queue, target string) uint64 {
 			continue
 		}
 		var msgs []segments.Message
-		must(a.tx.Scan(p.ID, slowest(a.tx, p), func(sm *segments.StoredMessage) (bool, error) {
+		must(a.tx.Scan(p, slowest(a.tx, p), func(sm *segments.StoredMessage) (bool, error) {
 			m := sm.Message
 			m.Payload = bytes.Clone(sm.Payload)
 			msgs = append(msgs, m)
@@ -783,7 +783,7 @@ func applyOJSPurgeQueue(a *applier, c *OJSPurgeQueue) any {
 func (a *applier) purgeConsumed(p *segments.Partition) uint64 {
 	from := slowest(a.tx, p)
 	var doomed []uint64
-	must(a.tx.Segments(p.ID, func(si segments.SegmentInfo) (bool, error) {
+	must(a.tx.Segments(p, func(si segments.SegmentInfo) (bool, error) {
 		if si.First+si.Count > from {
 			return false, nil
 		}
@@ -838,7 +838,7 @@ func (a *applier) purgeBacklog(p *segments.Partition) uint64 {
 	}
 	type seg struct{ first, count uint64 }
 	var segs []seg
-	must(a.tx.Segments(p.ID, func(si segments.SegmentInfo) (bool, error) {
+	must(a.tx.Segments(p, func(si segments.SegmentInfo) (bool, error) {
 		segs = append(segs, seg{si.First, si.Count})
 		return true, nil
 	}))

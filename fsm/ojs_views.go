@@ -60,7 +60,7 @@ func ojsView(tx *segments.Tx, q *segments.Queue, now int64) OJSQueueView {
 		if backlog > active {
 			v.Available += backlog - active
 			from := slowest(tx, p)
-			must(tx.Scan(p.ID, from, func(sm *segments.StoredMessage) (bool, error) {
+			must(tx.Scan(p, from, func(sm *segments.StoredMessage) (bool, error) {
 				if v.OldestAt == 0 || sm.CreatedAt < v.OldestAt {
 					v.OldestAt = sm.CreatedAt
 				}

@@ -96,7 +96,7 @@ func (a *applier) pushAs(items []PushItem, principal string) ([]PushItemResult, 
 				dups = append(dups, [2]int{i, j})
 				continue
 			}
-			if ref, ok := must2(a.tx.TxID(t.part.QueueID, t.part.ID, it.TxID)); ok && ref.PushedAt >= a.now-window*1e6 {
+			if ref, ok := must2(a.tx.TxID(t.part, it.TxID)); ok && ref.PushedAt >= a.now-window*1e6 {
 				results[i].Status = PushDuplicate
 				results[i].MessageID = ref.MessageID()
 				continue

@@ -27,7 +27,7 @@ func (m *machine) checkPartitionRecord(queue, part string) {
 	var msgs, segs uint64
 	first := p.NextOffset
 	m.view(func(tx *segments.Tx) error {
-		if err := tx.Segments(p.ID, func(si segments.SegmentInfo) (bool, error) {
+		if err := tx.Segments(p, func(si segments.SegmentInfo) (bool, error) {
 			if segs == 0 {
 				first = si.First
 			}

@@ -90,7 +90,7 @@ func applySweep(a *applier, c *Sweep) any {
 		}))
 		var doomed []segments.SegmentInfo
 		var rules []int
-		must(a.tx.Segments(p.ID, func(si segments.SegmentInfo) (bool, error) {
+		must(a.tx.Segments(p, func(si segments.SegmentInfo) (bool, error) {
 			rule := -1
 			switch {
 			case cut[RuleMaxWait] != 0 && si.CreatedAt < cut[RuleMaxWait]:

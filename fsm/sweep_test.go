@@ -22,7 +22,7 @@ func (m *machine) stored(queue, part string) []string {
 	}
 	var out []string
 	m.view(func(tx *segments.Tx) error {
-		return tx.Scan(p.ID, 0, func(sm *segments.StoredMessage) (bool, error) {
+		return tx.Scan(p, 0, func(sm *segments.StoredMessage) (bool, error) {
 			out = append(out, sm.TxID)
 			return true, nil
 		})

@@ -73,7 +73,7 @@ func (f *FSM) CheckPopAs(c *Lease, principal string, now int64, count bool) (Pop
 				wake(e.wakeAt)
 				return true
 			}
-			n, _, delayedAt := e.deliverable(tx, part.ID, limit()-pc.Deliverable)
+			n, _, delayedAt := e.deliverable(tx, part, limit()-pc.Deliverable)
 			pc.Deliverable += n
 			if delayedAt != 0 {
 				wake(delayedAt + q.Options.DelayedProcessing*1e6)
@@ -202,7 +202,7 @@ func partitionStats(tx *segments.Tx, p *segments.Partition, now int64) (MessageS
 	st := MessageStats{Total: p.Messages}
 	if p.Messages > 0 {
 		pv.Newest = p.LastCreatedAt
-		must(tx.Segments(p.ID, func(si segments.SegmentInfo) (bool, error) {
+		must(tx.Segments(p, func(si segments.SegmentInfo) (bool, error) {
 			pv.Oldest = si.CreatedAt
 			return false, nil
 		}))

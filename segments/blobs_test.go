@@ -41,13 +41,27 @@ func checkAccounting(t *testing.T, s *Store) {
 	t.Helper()
 	view(t, s, func(tx *Tx) error {
 		live := map[uint64]uint64{}
-		c := tx.bucket(bSegments).Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
+		count := func(v []byte) {
 			ref, err := decodeRef(v)
 			if err != nil {
 				t.Fatal(err)
 			}
 			live[ref.File] += uint64(ref.Len)
+		}
+		c := tx.bucket(bSegments).Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			count(v)
+		}
+		pc := tx.bucket(bParts).Cursor()
+		for k, v := pc.First(); k != nil; k, v = pc.Next() {
+			var p Partition
+			if err := p.unmarshal(k, v); err != nil {
+				t.Fatal(err)
+			}
+			for i := range p.recentCount() {
+				_, ref := p.recentAt(i)
+				count(ref)
+			}
 		}
 		fc := tx.bucket(bFiles).Cursor()
 		recs := map[uint64]fileRec{}

@@ -220,8 +220,7 @@ func (t *Tx) TruncateSegment(p *Partition, first uint64, keep uint64) (uint64, e
 	if keep == 0 {
 		return t.DeleteSegment(p, first)
 	}
-	key := key88(p.ID, first)
-	v := t.get(bSegments, key)
+	v := t.segmentRef(p, first)
 	if v == nil {
 		return 0, nil
 	}
@@ -269,7 +268,7 @@ func (t *Tx) TruncateSegment(p *Partition, first uint64, keep uint64) (uint64, e
 	if err != nil {
 		return 0, err
 	}
-	if err := t.put(bSegments, key, ref.encode()); err != nil {
+	if err := t.replaceSegmentRef(p, first, ref.encode()); err != nil {
 		return 0, err
 	}
 	if err := t.freeBlob(old); err != nil {

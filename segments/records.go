@@ -1,6 +1,7 @@
 package segments
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -81,12 +82,17 @@ type Partition struct {
 	WindowMark    int64  // start of the current windowBuffer burst, 0 if none
 	WindowCount   uint64 // messages pushed since WindowMark
 	WindowFirst   uint64 // first offset of the current burst
+	// recent holds the references of the newest segments, which live in
+	// this record until they move to the segments bucket (recent.go).
+	recent []byte
 }
 
 const partitionFixed = 8 + 8 + 16 + 8*10
 
+// marshal lays the record out as the fixed fields, the name, then the
+// recent segment references; the name's length is the key's (qid(8) name).
 func (p *Partition) marshal() []byte {
-	b := make([]byte, partitionFixed, partitionFixed+len(p.Name))
+	b := make([]byte, partitionFixed, partitionFixed+len(p.Name)+len(p.recent))
 	o := 0
 	for _, v := range []uint64{p.ID, p.QueueID} {
 		putU64(b[o:], v)
@@ -98,12 +104,13 @@ func (p *Partition) marshal() []byte {
 		putU64(b[o:], v)
 		o += 8
 	}
-	return append(b, p.Name...)
+	return append(append(b, p.Name...), p.recent...)
 }
 
-func (p *Partition) unmarshal(b []byte) error {
-	if len(b) < partitionFixed {
-		return fmt.Errorf("partition record of %d bytes: %w", len(b), ErrCorrupt)
+// unmarshal decodes the record v stored under key k.
+func (p *Partition) unmarshal(k, b []byte) error {
+	if len(k) < 8 || len(b) < partitionFixed+len(k)-8 {
+		return fmt.Errorf("partition record of %d bytes under a key of %d: %w", len(b), len(k), ErrCorrupt)
 	}
 	p.ID, p.QueueID = u64(b), u64(b[8:])
 	copy(p.UUID[:], b[16:32])
@@ -118,7 +125,15 @@ func (p *Partition) unmarshal(b []byte) error {
 	p.WindowMark = int64(u64(f[56:]))
 	p.WindowCount = u64(f[64:])
 	p.WindowFirst = u64(f[72:])
-	p.Name = string(b[partitionFixed:])
+	name := b[partitionFixed : partitionFixed+len(k)-8]
+	p.Name = string(name)
+	if rest := b[partitionFixed+len(name):]; len(rest) > 0 {
+		// A copy: bbolt's value is only valid until the next write, and
+		// references flushed from it are handed to bbolt.
+		p.recent = bytes.Clone(rest)
+		return checkRecent(p.ID, p.recent)
+	}
+	p.recent = nil
 	return nil
 }
 

@@ -279,11 +279,11 @@ func adoptReceived(path string, gen uint64, got map[uint64]uint64, durable bool)
 		if meta == nil {
 			return fmt.Errorf("bucket %s missing: %w", bucketMeta, ErrCorrupt)
 		}
-		// Schema 2 is migrated when the store opens it (txids.go); its
-		// transaction-id index is in another bucket.
+		// Older schemas are upgraded when the store opens them (schema 2's
+		// transaction-id index, in another bucket, by txids.go).
 		v := meta.Get(metaSchema)
-		if len(v) != 8 || (u64(v) != schemaVersion && u64(v) != 2) {
-			return fmt.Errorf("snapshot schema %x, this build reads 2 and %d: %w", v, schemaVersion, ErrCorrupt)
+		if len(v) != 8 || u64(v) < 2 || u64(v) > schemaVersion {
+			return fmt.Errorf("snapshot schema %x, this build reads 2 to %d: %w", v, schemaVersion, ErrCorrupt)
 		}
 		for _, name := range storeBuckets {
 			if u64(v) == 2 && bytes.Equal(name, bucketTxIDs) {

@@ -86,8 +86,15 @@ func openWithMigrationBatch(path string, o StoreOptions, batch int) (*Store, err
 			}
 		} else if len(v) == 8 && u64(v) == 2 {
 			migrate = true
+		} else if len(v) == 8 && u64(v) == 3 {
+			// Schema 3 is schema 4 with no reference in any partition
+			// record (recent.go); recording 4 keeps older builds, which
+			// would misread a record holding references, from opening it.
+			if err := meta.Put(metaSchema, be64(schemaVersion)); err != nil {
+				return err
+			}
 		} else if len(v) != 8 || u64(v) != schemaVersion {
-			return fmt.Errorf("state database schema %x, this build reads 2 and %d", v, schemaVersion)
+			return fmt.Errorf("state database schema %x, this build reads 2 to %d", v, schemaVersion)
 		}
 		files := tx.Bucket(bucketFiles)
 		if files.Get(filesGen) != nil {
@@ -345,8 +352,8 @@ func (s *Store) View(fn func(*Tx) error) error {
 
 // Digest hashes the logical content of every bucket, in a fixed order, with
 // length-prefixed keys and values; a segment contributes the blob its
-// reference resolves to. Two stores with the same digest hold the same
-// state, however their files are laid out.
+// reference resolves to, wherever the reference is kept. Two stores with
+// the same digest hold the same state, however their files are laid out.
 func (s *Store) Digest() (applied uint64, digest string, err error) {
 	err = s.View(func(t *Tx) error {
 		applied = t.Applied()
@@ -359,15 +366,22 @@ func (s *Store) Digest() (applied uint64, digest string, err error) {
 		}
 		for _, name := range allBuckets {
 			write(name)
+			if bytes.Equal(name, bucketSegments) {
+				if err := t.digestSegments(write); err != nil {
+					return err
+				}
+				continue
+			}
 			c := t.tx.Bucket(name).Cursor()
 			for k, v := c.First(); k != nil; k, v = c.Next() {
 				write(k)
-				if bytes.Equal(name, bucketSegments) {
-					_, blob, err := t.segmentBlob(v)
-					if err != nil {
-						return fmt.Errorf("segment %x: %w", k, err)
+				if bytes.Equal(name, bucketParts) {
+					// Without the references it holds: digestSegments
+					// hashes them with the bucket's.
+					if len(k) < 8 || len(v) < partitionFixed+len(k)-8 {
+						return fmt.Errorf("partition record %x: %w", k, ErrCorrupt)
 					}
-					v = blob
+					v = v[:partitionFixed+len(k)-8]
 				}
 				write(v)
 			}
@@ -376,6 +390,54 @@ func (s *Store) Digest() (applied uint64, digest string, err error) {
 		return nil
 	})
 	return applied, digest, err
+}
+
+// digestSegments hashes every segment as its key in the segments bucket
+// and the blob its reference resolves to, in key order, whether the
+// reference is in the bucket or still in its partition's record (recent.go):
+// where a reference is kept is layout, like the file its blob is in.
+func (t *Tx) digestSegments(write func([]byte)) error {
+	emit := func(k, ref []byte) error {
+		if len(k) != 16 {
+			return fmt.Errorf("segment key %x: %w", k, ErrCorrupt)
+		}
+		_, blob, err := t.segmentBlob(ref)
+		if err != nil {
+			return fmt.Errorf("segment %x: %w", k, err)
+		}
+		write(k)
+		write(blob)
+		return nil
+	}
+	// A merge by partition number: the bucket's references of a partition
+	// are older than those in its record.
+	sc := t.bucket(bSegments).Cursor()
+	k, v := sc.First()
+	pc := t.bucket(bPartIDs).Cursor()
+	for pk, pv := pc.First(); pk != nil; pk, pv = pc.Next() {
+		pid := u64(pk)
+		for ; k != nil && (len(k) < 8 || u64(k) <= pid); k, v = sc.Next() {
+			if err := emit(k, v); err != nil {
+				return err
+			}
+		}
+		p, err := t.partitionAt(pv)
+		if err != nil || p == nil {
+			return fmt.Errorf("partition %d indexed but not stored (%v): %w", pid, err, ErrCorrupt)
+		}
+		for i := range p.recentCount() {
+			first, ref := p.recentAt(i)
+			if err := emit(key88(pid, first), ref); err != nil {
+				return err
+			}
+		}
+	}
+	for ; k != nil; k, v = sc.Next() {
+		if err := emit(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Tx is a transaction over the layout. Every write goes through put and del,
@@ -696,7 +758,7 @@ func (t *Tx) partitionAt(key []byte) (*Partition, error) {
 		return nil, nil
 	}
 	p := new(Partition)
-	return p, p.unmarshal(v)
+	return p, p.unmarshal(key, v)
 }
 
 // PartitionByID loads a partition by its number.
@@ -746,7 +808,7 @@ func (t *Tx) ForEachPartition(qid uint64, from string, fn func(*Partition) (bool
 	c := t.bucket(bParts).Cursor()
 	for k, v := c.Seek(key8(qid, []byte(from))); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 		p := new(Partition)
-		if err := p.unmarshal(v); err != nil {
+		if err := p.unmarshal(k, v); err != nil {
 			return err
 		}
 		if more, err := fn(p); err != nil || !more {
@@ -761,14 +823,14 @@ func (t *Tx) ForEachPartition(qid uint64, from string, fn func(*Partition) (bool
 // AppendSegment stores msgs as one segment at p's next offset, indexes their
 // transaction ids at pushedAt, and advances p (the caller stores p). It
 // returns the first offset. The blob goes to the blob file, its reference
-// into the segments bucket.
+// into p's record, which moves it to the segments bucket later (recent.go).
 func (t *Tx) AppendSegment(p *Partition, createdAt int64, baseSeq uint64, msgs []Message) (uint64, error) {
 	first := p.NextOffset
 	ref, err := t.appendSegmentBlob(createdAt, baseSeq, msgs)
 	if err != nil {
 		return 0, err
 	}
-	if err := t.put(bSegments, key88(p.ID, first), ref.encode()); err != nil {
+	if err := t.addSegmentRef(p, first, ref.encode()); err != nil {
 		return 0, err
 	}
 	var bytesIn uint64
@@ -801,9 +863,10 @@ type SegmentInfo struct {
 // calling fn with each message and its segment's header. The message's
 // slices alias a buffer of this transaction: copy what outlives it. fn
 // returns false to stop. Offsets deleted by retention are skipped silently.
-func (t *Tx) Scan(pid, from uint64, fn func(*StoredMessage) (bool, error)) error {
+func (t *Tx) Scan(p *Partition, from uint64, fn func(*StoredMessage) (bool, error)) error {
 	var sm StoredMessage
-	return t.walkSegments(pid, from, func(first uint64, ref blobRef, v []byte) (bool, error) {
+	pid := p.ID
+	return t.walkSegments(p, from, func(first uint64, ref blobRef, v []byte) (bool, error) {
 		_, blob, err := t.segmentBlob(v)
 		if err != nil {
 			return false, fmt.Errorf("partition %d segment %d: %w", pid, first, err)
@@ -838,46 +901,16 @@ func (t *Tx) Scan(pid, from uint64, fn func(*StoredMessage) (bool, error)) error
 // [first, end) of one commit time, oldest first, until fn returns false. It
 // reads no blob: it is the walk for deciding what a pop can take, which
 // needs offsets and times but not the messages.
-func (t *Tx) ScanRanges(pid, from uint64, fn func(first, end uint64, createdAt int64) (bool, error)) error {
-	return t.walkSegments(pid, from, func(first uint64, ref blobRef, _ []byte) (bool, error) {
+func (t *Tx) ScanRanges(p *Partition, from uint64, fn func(first, end uint64, createdAt int64) (bool, error)) error {
+	return t.walkSegments(p, from, func(first uint64, ref blobRef, _ []byte) (bool, error) {
 		return fn(max(first, from), first+uint64(ref.Count), ref.CreatedAt)
 	})
 }
 
-// walkSegments calls fn with each segment of the partition that holds an
-// offset >= from, oldest first, until fn returns false.
-func (t *Tx) walkSegments(pid, from uint64, fn func(first uint64, ref blobRef, v []byte) (bool, error)) error {
-	c := t.bucket(bSegments).Cursor()
-	prefix := be64(pid)
-	k, v := c.Seek(key88(pid, from))
-	// The segment holding `from` may start before it.
-	if k == nil || !bytes.HasPrefix(k, prefix) || u64(k[8:]) > from {
-		if pk, pv := c.Prev(); pk != nil && bytes.HasPrefix(pk, prefix) {
-			k, v = pk, pv
-		} else {
-			k, v = c.Seek(key88(pid, from))
-		}
-	}
-	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-		first := u64(k[8:])
-		ref, err := decodeRef(v)
-		if err != nil {
-			return fmt.Errorf("partition %d segment %d: %w", pid, first, err)
-		}
-		if first+uint64(ref.Count) <= from {
-			continue
-		}
-		if more, err := fn(first, ref, v); err != nil || !more {
-			return err
-		}
-	}
-	return nil
-}
-
 // MessageAt reads one message, or nil when the offset is not stored.
-func (t *Tx) MessageAt(pid, off uint64) (*StoredMessage, error) {
+func (t *Tx) MessageAt(p *Partition, off uint64) (*StoredMessage, error) {
 	var out *StoredMessage
-	err := t.Scan(pid, off, func(sm *StoredMessage) (bool, error) {
+	err := t.Scan(p, off, func(sm *StoredMessage) (bool, error) {
 		if sm.Offset == off {
 			c := *sm
 			c.TxID = sm.TxID
@@ -891,56 +924,32 @@ func (t *Tx) MessageAt(pid, off uint64) (*StoredMessage, error) {
 
 // Segments walks the partition's segment headers oldest first until fn
 // returns false.
-func (t *Tx) Segments(pid uint64, fn func(SegmentInfo) (bool, error)) error {
-	c := t.bucket(bSegments).Cursor()
-	prefix := be64(pid)
-	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-		info, err := segmentInfo(k, v)
-		if err != nil {
-			return err
-		}
-		if more, err := fn(info); err != nil || !more {
-			return err
-		}
-	}
-	return nil
+func (t *Tx) Segments(p *Partition, fn func(SegmentInfo) (bool, error)) error {
+	return t.walkSegments(p, 0, func(first uint64, ref blobRef, _ []byte) (bool, error) {
+		return fn(ref.info(first))
+	})
 }
 
 // SegmentsReverse walks the partition's segment headers newest first.
-func (t *Tx) SegmentsReverse(pid uint64, fn func(SegmentInfo) (bool, error)) error {
-	c := t.bucket(bSegments).Cursor()
-	prefix := be64(pid)
-	k, v := c.Seek(key88(pid, ^uint64(0)))
-	if k == nil || !bytes.HasPrefix(k, prefix) {
-		k, v = c.Prev()
-	}
-	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Prev() {
-		info, err := segmentInfo(k, v)
+func (t *Tx) SegmentsReverse(p *Partition, fn func(SegmentInfo) (bool, error)) error {
+	return t.walkSegmentsReverse(p, func(first uint64, v []byte) (bool, error) {
+		ref, err := decodeRef(v)
 		if err != nil {
-			return err
+			return false, fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
 		}
-		if more, err := fn(info); err != nil || !more {
-			return err
-		}
-	}
-	return nil
+		return fn(ref.info(first))
+	})
 }
 
-func segmentInfo(k, v []byte) (SegmentInfo, error) {
-	ref, err := decodeRef(v)
-	if err != nil {
-		return SegmentInfo{}, fmt.Errorf("segment %x: %w", k, err)
-	}
-	return SegmentInfo{First: u64(k[8:]), Count: uint64(ref.Count), CreatedAt: ref.CreatedAt,
-		Bytes: uint64(ref.Len)}, nil
+func (r blobRef) info(first uint64) SegmentInfo {
+	return SegmentInfo{First: first, Count: uint64(r.Count), CreatedAt: r.CreatedAt, Bytes: uint64(r.Len)}
 }
 
 // DeleteSegment removes one whole segment and its transaction-id index
 // entries (only those still pointing into it), updating p (the caller stores
 // p). It returns the number of messages removed.
 func (t *Tx) DeleteSegment(p *Partition, first uint64) (uint64, error) {
-	key := key88(p.ID, first)
-	v := t.get(bSegments, key)
+	v := t.segmentRef(p, first)
 	if v == nil {
 		return 0, nil
 	}
@@ -974,7 +983,7 @@ func (t *Tx) DeleteSegment(p *Partition, first uint64) (uint64, error) {
 			return 0, err
 		}
 	}
-	if err := t.del(bSegments, key); err != nil {
+	if err := t.deleteSegmentRef(p, first); err != nil {
 		return 0, err
 	}
 	if err := t.freeBlob(ref); err != nil {
@@ -986,10 +995,13 @@ func (t *Tx) DeleteSegment(p *Partition, first uint64) (uint64, error) {
 	if p.Messages == 0 {
 		p.FirstOffset = p.NextOffset
 	} else if first == p.FirstOffset {
-		// The next segment's key is the new oldest offset.
-		c := t.bucket(bSegments).Cursor()
-		if k, _ := c.Seek(key88(p.ID, first)); k != nil && bytes.HasPrefix(k, be64(p.ID)) {
-			p.FirstOffset = u64(k[8:])
+		// The next segment's first offset is the new oldest.
+		err := t.walkSegments(p, first, func(next uint64, _ blobRef, _ []byte) (bool, error) {
+			p.FirstOffset = next
+			return false, nil
+		})
+		if err != nil {
+			return 0, err
 		}
 	}
 	return count, nil
@@ -1245,15 +1257,11 @@ func (t *Tx) deletePartitionData(p *Partition) error {
 		return err
 	}
 	prefix := be64(p.ID)
-	c := t.bucket(bSegments).Cursor()
-	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-		ref, err := decodeRef(v)
-		if err != nil {
-			return fmt.Errorf("segment %x: %w", k, err)
-		}
-		if err := t.freeBlob(ref); err != nil {
-			return err
-		}
+	err = t.walkSegments(p, 0, func(_ uint64, ref blobRef, _ []byte) (bool, error) {
+		return true, t.freeBlob(ref)
+	})
+	if err != nil {
+		return err
 	}
 	for _, b := range []int{bSegments, bGroups} {
 		if err := t.deletePrefix(b, prefix); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 )
@@ -55,8 +56,16 @@ func newPartition(t *testing.T, tx *Tx, queue, name string) *Partition {
 }
 
 // appendMsgs stores one segment of messages with the given transaction ids.
+// It works on p's stored record, copied into p, as the state machine loads
+// a partition in each transaction: a p left over from a transaction that
+// failed would hold what it never committed.
 func appendMsgs(t *testing.T, tx *Tx, p *Partition, createdAt int64, txids ...string) uint64 {
 	t.Helper()
+	stored, err := tx.PartitionByID(p.ID)
+	if err != nil || stored == nil {
+		t.Fatalf("partition %d: %v", p.ID, err)
+	}
+	*p = *stored
 	msgs := make([]Message, len(txids))
 	for i, id := range txids {
 		msgs[i] = Message{TxID: id, Payload: []byte(fmt.Sprintf("%q", id))}
@@ -79,7 +88,14 @@ func appendMsgs(t *testing.T, tx *Tx, p *Partition, createdAt int64, txids ...st
 func scan(t *testing.T, tx *Tx, pid, from uint64) []string {
 	t.Helper()
 	var out []string
-	err := tx.Scan(pid, from, func(sm *StoredMessage) (bool, error) {
+	p, err := tx.PartitionByID(pid)
+	if err != nil {
+		t.Fatalf("partition %d: %v", pid, err)
+	}
+	if p == nil {
+		return nil
+	}
+	err = tx.Scan(p, from, func(sm *StoredMessage) (bool, error) {
 		out = append(out, fmt.Sprintf("%d:%s", sm.Offset, sm.TxID))
 		return true, nil
 	})
@@ -235,20 +251,20 @@ func TestScanAcrossSegmentsAndGaps(t *testing.T) {
 		}
 		// Stop early.
 		var n int
-		tx.Scan(p.ID, 2, func(*StoredMessage) (bool, error) { n++; return n < 3, nil })
+		tx.Scan(p, 2, func(*StoredMessage) (bool, error) { n++; return n < 3, nil })
 		if n != 3 {
 			t.Errorf("scan stopped after %d", n)
 		}
 		// Message fields.
-		m, err := tx.MessageAt(p.ID, 5)
+		m, err := tx.MessageAt(p, 5)
 		if err != nil || m == nil || m.TxID != "m5" || m.CreatedAt != 30 || m.Offset != 5 || string(m.Payload) != `"m5"` {
 			t.Errorf("MessageAt(5) %+v %v", m, err)
 		}
-		seg5, _, _ := tx.TxID(p.QueueID, p.ID, "m5")
+		seg5, _, _ := tx.TxID(p, "m5")
 		if m.ID != seg5.MessageID() {
 			t.Errorf("message id %x, index says %x", m.ID, seg5.MessageID())
 		}
-		if m, _ := tx.MessageAt(p.ID, 10); m != nil {
+		if m, _ := tx.MessageAt(p, 10); m != nil {
 			t.Errorf("MessageAt past the end %+v", m)
 		}
 		return nil
@@ -270,7 +286,7 @@ func TestScanAcrossSegmentsAndGaps(t *testing.T) {
 				t.Errorf("scan from %d over the gap: %v, want %v", from, got, want)
 			}
 		}
-		if m, _ := tx.MessageAt(p.ID, 5); m != nil {
+		if m, _ := tx.MessageAt(p, 5); m != nil {
 			t.Errorf("deleted message still readable %+v", m)
 		}
 		if got := scan(t, tx, other.ID, 0); !slices.Equal(got, []string{"1:y1"}) {
@@ -311,8 +327,8 @@ func TestSegmentsWalks(t *testing.T) {
 		q := newPartition(t, tx, "q", "q")
 		appendMsgs(t, tx, q, 40, "z")
 		var fwd, rev []SegmentInfo
-		must(t, tx.Segments(p.ID, func(si SegmentInfo) (bool, error) { fwd = append(fwd, si); return true, nil }))
-		must(t, tx.SegmentsReverse(p.ID, func(si SegmentInfo) (bool, error) { rev = append(rev, si); return true, nil }))
+		must(t, tx.Segments(p, func(si SegmentInfo) (bool, error) { fwd = append(fwd, si); return true, nil }))
+		must(t, tx.SegmentsReverse(p, func(si SegmentInfo) (bool, error) { rev = append(rev, si); return true, nil }))
 		if len(fwd) != 3 || fwd[0].First != 1 || fwd[0].Count != 2 || fwd[1].First != 3 || fwd[2].First != 4 ||
 			fwd[2].Count != 3 || fwd[2].CreatedAt != 30 {
 			t.Fatalf("forward %+v", fwd)
@@ -322,7 +338,7 @@ func TestSegmentsWalks(t *testing.T) {
 			t.Fatalf("reverse %+v", rev)
 		}
 		var lastQ []SegmentInfo
-		must(t, tx.SegmentsReverse(q.ID, func(si SegmentInfo) (bool, error) { lastQ = append(lastQ, si); return true, nil }))
+		must(t, tx.SegmentsReverse(q, func(si SegmentInfo) (bool, error) { lastQ = append(lastQ, si); return true, nil }))
 		if len(lastQ) != 1 || lastQ[0].CreatedAt != 40 {
 			t.Fatalf("last partition reverse %+v", lastQ)
 		}
@@ -343,15 +359,15 @@ func TestDeleteSegmentKeepsNewerTxIDs(t *testing.T) {
 		if err != nil || n != 3 {
 			t.Fatalf("delete %d %v", n, err)
 		}
-		if ref, ok, err := tx.TxID(p.QueueID, p.ID, "a"); err != nil || !ok || ref.Offset != 4 || ref.PushedAt != 20 {
+		if ref, ok, err := tx.TxID(p, "a"); err != nil || !ok || ref.Offset != 4 || ref.PushedAt != 20 {
 			t.Fatalf("newer occurrence of a lost: %+v %v", ref, ok)
 		}
 		for _, id := range []string{"b", "c"} {
-			if _, ok, err := tx.TxID(p.QueueID, p.ID, id); err != nil || ok {
+			if _, ok, err := tx.TxID(p, id); err != nil || ok {
 				t.Fatalf("index entry of deleted %s kept", id)
 			}
 		}
-		if ref, ok, err := tx.TxID(p.QueueID, p.ID, "d"); err != nil || !ok || ref.Offset != 5 {
+		if ref, ok, err := tx.TxID(p, "d"); err != nil || !ok || ref.Offset != 5 {
 			t.Fatalf("d %+v", ref)
 		}
 		if p.Messages != 2 || p.Segments != 1 || p.FirstOffset != 4 || p.NextOffset != 6 || p.Bytes != uint64(len(`"a"`)+len(`"d"`)) {
@@ -368,6 +384,7 @@ func TestDeleteSegmentKeepsNewerTxIDs(t *testing.T) {
 		if p.Messages != 0 || p.FirstOffset != 6 || p.NextOffset != 6 || p.Bytes != 0 {
 			t.Fatalf("empty partition %+v", p)
 		}
+		must(t, tx.PutPartition(p)) // DeleteSegment leaves storing p to its caller
 		first := appendMsgs(t, tx, p, 30, "e")
 		if first != 6 || p.FirstOffset != 6 {
 			t.Fatalf("append after emptying: first %d, partition %+v", first, p)
@@ -464,18 +481,50 @@ func TestDigestIgnoresWriteOrder(t *testing.T) {
 }
 
 func TestCorruptPartitionRecord(t *testing.T) {
+	orig := Partition{ID: 1, QueueID: 2, UUID: [16]byte{3}, Name: "név", CreatedAt: -5, NextOffset: 9, FirstOffset: 4,
+		Messages: 5, Bytes: 6, Segments: 2, LastCreatedAt: 8, WindowMark: 7, WindowCount: 3}
+	key := key8(orig.QueueID, []byte(orig.Name))
+	ref := func(count uint32) []byte {
+		return blobRef{File: 1, Pos: 10, Len: 50, CreatedAt: 8, Count: count}.encode()
+	}
+	withRefs := orig
+	withRefs.recentAppend(4, ref(3))
+	withRefs.recentAppend(7, ref(2))
 	var p Partition
-	if err := p.unmarshal(make([]byte, partitionFixed-1)); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("%v", err)
+	for _, tc := range []struct {
+		name string
+		rec  Partition
+	}{{"no references", orig}, {"two references", withRefs}} {
+		if err := p.unmarshal(key, tc.rec.marshal()); err != nil || !reflect.DeepEqual(p, tc.rec) {
+			t.Fatalf("%s: partition round trip %+v %v", tc.name, p, err)
+		}
+	}
+	full := withRefs.marshal()
+	nameEnd := partitionFixed + len(orig.Name)
+	for _, tc := range []struct {
+		name string
+		key  []byte
+		rec  []byte
+	}{
+		{"shorter than its fixed fields", key8(2, nil), make([]byte, partitionFixed-1)},
+		{"shorter than its name", key, full[:nameEnd-1]},
+		{"key shorter than a queue number", []byte{1}, full},
+		{"reference cut short", key, full[:len(full)-1]},
+		{"reference of another version", key, func() []byte {
+			b := bytes.Clone(full)
+			b[nameEnd+8] = refVersion + 1
+			return b
+		}()},
+		{"references out of order", key, append(bytes.Clone(full[:nameEnd]), append(full[nameEnd+recentEntry:], full[nameEnd:nameEnd+recentEntry]...)...)},
+		{"more references than a record holds", key, append(bytes.Clone(full[:nameEnd]), bytes.Repeat(full[nameEnd:nameEnd+recentEntry], recentMax+1)...)},
+	} {
+		if err := p.unmarshal(tc.key, tc.rec); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
 	}
 	var g Group
 	if err := g.unmarshal(make([]byte, groupSize+1)); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("%v", err)
-	}
-	orig := Partition{ID: 1, QueueID: 2, UUID: [16]byte{3}, Name: "név", CreatedAt: -5, NextOffset: 9, FirstOffset: 4,
-		Messages: 5, Bytes: 6, Segments: 2, LastCreatedAt: 8, WindowMark: 7, WindowCount: 3}
-	if err := p.unmarshal(orig.marshal()); err != nil || p != orig {
-		t.Fatalf("partition round trip %+v %v", p, err)
 	}
 	og := Group{Next: 1, LeaseID: [16]byte{2}, LeaseExpiry: 3, LeaseLast: 4, LeaseDelivered: 5, Retry: 6, Consumed: 7, Batches: 8, LastConsumedAt: 9}
 	if err := g.unmarshal(og.marshal()); err != nil || g != og {

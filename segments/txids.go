@@ -93,11 +93,12 @@ func (t *Tx) delTxIDIfAt(qid, pid uint64, txid string, from, to uint64) error {
 	return t.del(bTxIDs, t.txIDKey(qid, pid, txid))
 }
 
-// TxID resolves a transaction id in a partition (of queue qid) to its newest
+// TxID resolves a transaction id in partition p to its newest
 // stored occurrence, reading the header of that message's segment for its
 // time and sequence.
-func (t *Tx) TxID(qid, pid uint64, txid string) (TxRef, bool, error) {
-	off, ok, err := t.TxIDOffset(qid, pid, txid)
+func (t *Tx) TxID(p *Partition, txid string) (TxRef, bool, error) {
+	pid := p.ID
+	off, ok, err := t.TxIDOffset(p.QueueID, pid, txid)
 	if err != nil || !ok {
 		return TxRef{}, false, err
 	}
@@ -105,7 +106,7 @@ func (t *Tx) TxID(qid, pid uint64, txid string) (TxRef, bool, error) {
 		ref    TxRef
 		stored bool
 	)
-	err = t.walkSegments(pid, off, func(first uint64, seg blobRef, _ []byte) (bool, error) {
+	err = t.walkSegments(p, off, func(first uint64, seg blobRef, _ []byte) (bool, error) {
 		if first > off || off-first >= uint64(seg.Count) {
 			return false, nil
 		}
@@ -130,7 +131,7 @@ func (t *Tx) TxID(qid, pid uint64, txid string) (TxRef, bool, error) {
 
 // migrateTxIDs rebuilds a schema 2 transaction-id index (bucket "txids":
 // pid(8) txid -> offset, time, sequence) as the schema 3 one, batch entries
-// per transaction, then drops the old bucket and records schema 3 in the
+// per transaction, then drops the old bucket and records the current schema in the
 // last one. The new bucket is emptied first, so a migration a crash
 // interrupts starts over at the next open.
 func (s *Store) migrateTxIDs(log *slog.Logger, batch int) error {
@@ -191,6 +192,6 @@ func (s *Store) migrateTxIDs(log *slog.Logger, batch int) error {
 	if err != nil {
 		return fmt.Errorf("migrate the transaction-id index to schema %d: %w", schemaVersion, err)
 	}
-	log.Info("transaction-id index rebuilt; state file now has schema 3", "entries", n)
+	log.Info("transaction-id index rebuilt", "schema", schemaVersion, "entries", n)
 	return nil
 }

@@ -64,7 +64,7 @@ func BenchmarkTxIDLookup(b *testing.B) {
 			err := s.View(func(tx *Tx) error {
 				i := 0
 				for b.Loop() {
-					_, ok, err := tx.TxID(p.QueueID, p.ID, ids[i%len(ids)])
+					_, ok, err := tx.TxID(p, ids[i%len(ids)])
 					if err != nil || ok != c.want {
 						return fmt.Errorf("%s: found %v, %v", ids[i%len(ids)], ok, err)
 					}

@@ -29,7 +29,7 @@ func fillMigrationFixture(t *testing.T, s *Store) {
 
 func lookup(t *testing.T, tx *Tx, p *Partition, txid string) (TxRef, bool) {
 	t.Helper()
-	ref, ok, err := tx.TxID(p.QueueID, p.ID, txid)
+	ref, ok, err := tx.TxID(p, txid)
 	if err != nil {
 		t.Fatalf("TxID(%d, %d, %q): %v", p.QueueID, p.ID, txid, err)
 	}
@@ -49,7 +49,7 @@ func checkFixtureIndex(t *testing.T, s *Store) {
 			at   int64
 		}{{p, "a", 4, 20}, {p, "d", 5, 20}, {p, "e", 6, 30}, {r, "a", 1, 15}, {r, "x", 2, 15}} {
 			ref, ok := lookup(t, tx, c.part, c.txid)
-			m, err := tx.MessageAt(c.part.ID, c.off)
+			m, err := tx.MessageAt(c.part, c.off)
 			if !ok || err != nil || ref.Offset != c.off || ref.PushedAt != c.at || m == nil || m.ID != ref.MessageID() {
 				t.Errorf("%s/%s: %+v %v, message %+v %v", c.part.Name, c.txid, ref, ok, m, err)
 			}
@@ -90,7 +90,7 @@ func TestTxIDReadsTheMessage(t *testing.T) {
 			at   int64
 		}{{"x", 4, 20}, {"y", 2, 10}, {"z", 3, 20}} {
 			ref, ok := lookup(t, tx, p, c.txid)
-			m, err := tx.MessageAt(p.ID, c.off)
+			m, err := tx.MessageAt(p, c.off)
 			if !ok || err != nil || ref.Offset != c.off || ref.PushedAt != c.at || m.ID != ref.MessageID() {
 				t.Errorf("%s: %+v %v, message %+v %v", c.txid, ref, ok, m, err)
 			}
@@ -102,7 +102,7 @@ func TestTxIDReadsTheMessage(t *testing.T) {
 	})
 	update(t, s, func(tx *Tx) error { return tx.putTxID(p.QueueID, p.ID, "ghost", 99) })
 	view(t, s, func(tx *Tx) error {
-		if _, _, err := tx.TxID(p.QueueID, p.ID, "ghost"); !errors.Is(err, ErrCorrupt) {
+		if _, _, err := tx.TxID(p, "ghost"); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("dangling index entry: %v", err)
 		}
 		return nil

@@ -1,0 +1,242 @@
+package segments
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+)
+
+// bucketRefs lists the first offsets of pid's references in the segments
+// bucket.
+func bucketRefs(tx *Tx, pid uint64) []uint64 {
+	var out []uint64
+	tx.walkBucketSegments(pid, 0, func(first uint64, _ blobRef, _ []byte) (bool, error) {
+		out = append(out, first)
+		return true, nil
+	})
+	return out
+}
+
+// checkRecentInvariant checks that p's stored references, in the bucket and
+// in its record, are its segments, the record's all newer.
+func checkRecentInvariant(t *testing.T, tx *Tx, pid uint64) *Partition {
+	t.Helper()
+	p, err := tx.PartitionByID(pid)
+	if err != nil || p == nil {
+		t.Fatalf("partition %d: %v", pid, err)
+	}
+	inBucket := bucketRefs(tx, pid)
+	if n := uint64(len(inBucket) + p.recentCount()); n != p.Segments {
+		t.Fatalf("%d references in the bucket and %d in the record, %d segments", len(inBucket), p.recentCount(), p.Segments)
+	}
+	if p.recentCount() > recentMax {
+		t.Fatalf("record holds %d references", p.recentCount())
+	}
+	if len(inBucket) > 0 && p.recentCount() > 0 {
+		if first, _ := p.recentAt(0); first <= inBucket[len(inBucket)-1] {
+			t.Fatalf("record's oldest %d not after the bucket's newest %d", first, inBucket[len(inBucket)-1])
+		}
+	}
+	return p
+}
+
+func TestRecentReferencesMoveToTheBucket(t *testing.T) {
+	s := openStore(t)
+	var pid uint64
+	update(t, s, func(tx *Tx) error { pid = newPartition(t, tx, "q", "p").ID; return nil })
+	// Segments of one and two messages, some several to a transaction.
+	var want []string
+	firsts := []uint64{}
+	n := 0
+	for n < 2*recentMax+5 {
+		update(t, s, func(tx *Tx) error {
+			p := &Partition{ID: pid}
+			for range 1 + n%3 {
+				ids := []string{fmt.Sprintf("m%d", n)}
+				if n%2 == 1 {
+					ids = append(ids, fmt.Sprintf("m%d-2", n))
+				}
+				first := appendMsgs(t, tx, p, int64(10+n), ids...)
+				firsts = append(firsts, first)
+				for i, id := range ids {
+					want = append(want, fmt.Sprintf("%d:%s", first+uint64(i), id))
+				}
+				n++
+			}
+			return nil
+		})
+		view(t, s, func(tx *Tx) error { checkRecentInvariant(t, tx, pid); return nil })
+	}
+	view(t, s, func(tx *Tx) error {
+		p := checkRecentInvariant(t, tx, pid)
+		if len(bucketRefs(tx, pid)) == 0 || p.recentCount() == 0 {
+			t.Fatalf("%d references in the bucket, %d in the record: the test covers neither the move nor the record", len(bucketRefs(tx, pid)), p.recentCount())
+		}
+		// Every walk sees every segment once, in order, from any offset.
+		for i := range want {
+			var from uint64
+			fmt.Sscanf(want[i], "%d:", &from)
+			if got := scan(t, tx, pid, from); !slices.Equal(got, want[i:]) {
+				t.Fatalf("scan from %d: %v, want %v", from, got, want[i:])
+			}
+		}
+		var fwd, rev []uint64
+		must(t, tx.Segments(p, func(si SegmentInfo) (bool, error) { fwd = append(fwd, si.First); return true, nil }))
+		must(t, tx.SegmentsReverse(p, func(si SegmentInfo) (bool, error) { rev = append(rev, si.First); return true, nil }))
+		slices.Reverse(rev)
+		if !slices.Equal(fwd, firsts) || !slices.Equal(rev, firsts) {
+			t.Fatalf("segments %v, reverse %v, want %v", fwd, rev, firsts)
+		}
+		for _, w := range want {
+			var off uint64
+			var id string
+			fmt.Sscanf(w, "%d:%s", &off, &id)
+			if ref, ok, err := tx.TxID(p, id); err != nil || !ok || ref.Offset != off {
+				t.Fatalf("transaction id %s: %+v %v %v", id, ref, ok, err)
+			}
+			if m, err := tx.MessageAt(p, off); err != nil || m == nil || m.TxID != id {
+				t.Fatalf("message at %d: %+v %v", off, m, err)
+			}
+		}
+		return nil
+	})
+	checkAccounting(t, s)
+
+	// Deleting from both places: the bucket's oldest segments up to the
+	// record's, so the oldest offset moves into the record; then one in
+	// the middle of the record; then cut one of the record short.
+	update(t, s, func(tx *Tx) error {
+		p, _ := tx.PartitionByID(pid)
+		inBucket := bucketRefs(tx, pid)
+		for _, f := range inBucket {
+			if _, err := tx.DeleteSegment(p, f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		recentFirst, _ := p.recentAt(0)
+		if p.FirstOffset != recentFirst {
+			t.Fatalf("oldest offset %d after deleting the bucket's segments, the record's oldest is %d", p.FirstOffset, recentFirst)
+		}
+		middle, _ := p.recentAt(p.recentCount() / 2)
+		if n, err := tx.DeleteSegment(p, middle); err != nil || n == 0 {
+			t.Fatalf("delete %d from the record: %d %v", middle, n, err)
+		}
+		if m, _ := tx.MessageAt(p, middle); m != nil {
+			t.Fatalf("deleted message at %d still read", middle)
+		}
+		last, ref := p.recentAt(p.recentCount() - 1)
+		if r, _ := decodeRef(ref); r.Count == 2 {
+			if n, err := tx.TruncateSegment(p, last, 1); err != nil || n != 1 {
+				t.Fatalf("truncate %d: %d %v", last, n, err)
+			}
+		} else if _, err := tx.TruncateSegment(p, last-1, 1); err != nil {
+			t.Fatal(err)
+		}
+		return tx.PutPartition(p)
+	})
+	view(t, s, func(tx *Tx) error {
+		p := checkRecentInvariant(t, tx, pid)
+		if got := len(scan(t, tx, pid, 0)); uint64(got) != p.Messages {
+			t.Fatalf("%d messages scanned, %d recorded", got, p.Messages)
+		}
+		return nil
+	})
+	checkAccounting(t, s)
+}
+
+func TestDigestIgnoresWhereReferencesAreKept(t *testing.T) {
+	a, b := openStore(t), openStore(t)
+	for _, s := range []*Store{a, b} {
+		update(t, s, func(tx *Tx) error {
+			p := newPartition(t, tx, "q", "p")
+			for i := range recentMax + 3 {
+				appendMsgs(t, tx, p, int64(i), fmt.Sprintf("m%d", i))
+			}
+			return nil
+		})
+	}
+	update(t, b, func(tx *Tx) error {
+		p, _ := tx.PartitionByID(1)
+		must(t, tx.flushRecent(p))
+		return tx.PutPartition(p)
+	})
+	view(t, b, func(tx *Tx) error {
+		if p, _ := tx.PartitionByID(1); p.recentCount() != 0 {
+			t.Fatal("flush kept references in the record")
+		}
+		return nil
+	})
+	_, da, err := a.Digest()
+	must(t, err)
+	_, db, err := b.Digest()
+	must(t, err)
+	if da != db {
+		t.Fatal("the same segments hash differently when their references are kept elsewhere")
+	}
+	update(t, b, func(tx *Tx) error {
+		p, _ := tx.PartitionByID(1)
+		_, err := tx.DeleteSegment(p, p.NextOffset-1)
+		must(t, err)
+		return tx.PutPartition(p)
+	})
+	if _, db2, _ := b.Digest(); db2 == da {
+		t.Fatal("a deleted segment left the digest unchanged")
+	}
+}
+
+func TestRollbackUndoesAMoveToTheBucket(t *testing.T) {
+	s := openStore(t)
+	update(t, s, func(tx *Tx) error {
+		p := newPartition(t, tx, "q", "p")
+		for i := range recentMax {
+			appendMsgs(t, tx, p, int64(i), fmt.Sprintf("m%d", i))
+		}
+		return nil
+	})
+	_, before, _ := s.Digest()
+	update(t, s, func(tx *Tx) error {
+		sp := tx.Savepoint()
+		p := &Partition{ID: 1}
+		appendMsgs(t, tx, p, 100, "moved") // the record is full: this moves it
+		if len(bucketRefs(tx, 1)) != recentMax {
+			t.Fatalf("%d references moved, want %d", len(bucketRefs(tx, 1)), recentMax)
+		}
+		return tx.RollbackTo(sp)
+	})
+	if _, after, _ := s.Digest(); after != before {
+		t.Fatal("rolled back push changed the state")
+	}
+	view(t, s, func(tx *Tx) error {
+		if n := len(bucketRefs(tx, 1)); n != 0 {
+			t.Fatalf("%d references left in the bucket", n)
+		}
+		checkRecentInvariant(t, tx, 1)
+		return nil
+	})
+	checkAccounting(t, s)
+}
+
+// FuzzPartitionRecord: a partition record from a damaged file or snapshot
+// decodes or is ErrCorrupt, never a panic, and one that decodes encodes back
+// to the same bytes.
+func FuzzPartitionRecord(f *testing.F) {
+	p := Partition{ID: 3, QueueID: 2, Name: "p", NextOffset: 9}
+	p.recentAppend(4, blobRef{File: 1, Pos: 8, Len: 40, CreatedAt: 5, Count: 3}.encode())
+	p.recentAppend(7, blobRef{File: 1, Pos: 48, Len: 30, CreatedAt: 6, Count: 2}.encode())
+	f.Add(key8(2, []byte("p")), p.marshal())
+	f.Add(key8(2, nil), make([]byte, partitionFixed))
+	f.Fuzz(func(t *testing.T, k, v []byte) {
+		var p Partition
+		if err := p.unmarshal(k, v); err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v is not ErrCorrupt", err)
+			}
+			return
+		}
+		if got := p.marshal(); !bytes.Equal(got, v) {
+			t.Fatalf("decoded %x, encoded back %x", v, got)
+		}
+	})
+}
