@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"testing"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // bucketRefs lists the first offsets of pid's references in the segments
@@ -238,5 +241,53 @@ func FuzzPartitionRecord(f *testing.F) {
 		if got := p.marshal(); !bytes.Equal(got, v) {
 			t.Fatalf("decoded %x, encoded back %x", v, got)
 		}
+	})
+}
+
+// A schema 3 file (every reference in the bucket) opens as schema 4 with
+// nothing to rewrite, and its partitions take references into their records
+// from then on. It is recorded as schema 4, which a build that reads only
+// schema 3 refuses.
+func TestSchema3FileOpensAsSchema4(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, err := Open(path, StoreOptions{NoSync: true})
+	must(t, err)
+	update(t, s, func(tx *Tx) error {
+		p := newPartition(t, tx, "q", "p")
+		for i := range 3 {
+			appendMsgs(t, tx, p, int64(i), fmt.Sprintf("m%d", i))
+		}
+		// As a schema 3 build stored them.
+		must(t, tx.flushRecent(p))
+		return tx.PutPartition(p)
+	})
+	_, before, err := s.Digest() // the meta bucket, schema included, is in the digest
+	must(t, err)
+	must(t, s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(metaSchema, be64(3)) }))
+	must(t, s.Close())
+
+	s = openSized(t, path, 0)
+	view(t, s, func(tx *Tx) error {
+		if v := tx.tx.Bucket(bucketMeta).Get(metaSchema); u64(v) != schemaVersion {
+			t.Fatalf("schema %d after opening a schema 3 file", u64(v))
+		}
+		return nil
+	})
+	if _, after, _ := s.Digest(); after != before {
+		t.Fatal("opening a schema 3 file changed its state")
+	}
+	update(t, s, func(tx *Tx) error {
+		appendMsgs(t, tx, &Partition{ID: 1}, 10, "m3")
+		return nil
+	})
+	view(t, s, func(tx *Tx) error {
+		p := checkRecentInvariant(t, tx, 1)
+		if len(bucketRefs(tx, 1)) != 3 || p.recentCount() != 1 {
+			t.Fatalf("%d references in the bucket, %d in the record", len(bucketRefs(tx, 1)), p.recentCount())
+		}
+		if got := scan(t, tx, 1, 0); !slices.Equal(got, []string{"1:m0", "2:m1", "3:m2", "4:m3"}) {
+			t.Fatalf("scan %v", got)
+		}
+		return nil
 	})
 }
