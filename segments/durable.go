@@ -17,7 +17,7 @@ import (
 const SyncChunk = 1 << 20
 
 // copyDurably copies n bytes of r to f, fsyncing every SyncChunk bytes and
-// at the end.
+// at the end (an empty copy included).
 func copyDurably(f *os.File, r io.Reader, n int64) (int64, error) {
 	var done int64
 	for done < n {
@@ -26,11 +26,13 @@ func copyDurably(f *os.File, r io.Reader, n int64) (int64, error) {
 		if err != nil {
 			return done, err
 		}
-		if err := f.Sync(); err != nil {
-			return done, err
+		if done < n {
+			if err := f.Sync(); err != nil {
+				return done, err
+			}
 		}
 	}
-	return done, nil
+	return done, f.Sync()
 }
 
 // syncInChunks makes the first n bytes of f durable, writing back at most

@@ -13,12 +13,14 @@ import (
 
 // bucketRefs lists the first offsets of pid's references in the segments
 // bucket.
-func bucketRefs(tx *Tx, pid uint64) []uint64 {
+func bucketRefs(t *testing.T, tx *Tx, pid uint64) []uint64 {
+	t.Helper()
 	var out []uint64
-	tx.walkBucketSegments(pid, 0, func(first uint64, _ blobRef, _ []byte) (bool, error) {
+	_, err := tx.walkBucketSegments(pid, 0, func(first uint64, _ blobRef, _ []byte) (bool, error) {
 		out = append(out, first)
 		return true, nil
 	})
+	must(t, err)
 	return out
 }
 
@@ -30,7 +32,7 @@ func checkRecentInvariant(t *testing.T, tx *Tx, pid uint64) *Partition {
 	if err != nil || p == nil {
 		t.Fatalf("partition %d: %v", pid, err)
 	}
-	inBucket := bucketRefs(tx, pid)
+	inBucket := bucketRefs(t, tx, pid)
 	if n := uint64(len(inBucket) + p.recentCount()); n != p.Segments {
 		t.Fatalf("%d references in the bucket and %d in the record, %d segments", len(inBucket), p.recentCount(), p.Segments)
 	}
@@ -74,8 +76,8 @@ func TestRecentReferencesMoveToTheBucket(t *testing.T) {
 	}
 	view(t, s, func(tx *Tx) error {
 		p := checkRecentInvariant(t, tx, pid)
-		if len(bucketRefs(tx, pid)) == 0 || p.recentCount() == 0 {
-			t.Fatalf("%d references in the bucket, %d in the record: the test covers neither the move nor the record", len(bucketRefs(tx, pid)), p.recentCount())
+		if len(bucketRefs(t, tx, pid)) == 0 || p.recentCount() == 0 {
+			t.Fatalf("%d references in the bucket, %d in the record: the test covers neither the move nor the record", len(bucketRefs(t, tx, pid)), p.recentCount())
 		}
 		// Every walk sees every segment once, in order, from any offset.
 		for i := range want {
@@ -112,7 +114,7 @@ func TestRecentReferencesMoveToTheBucket(t *testing.T) {
 	// the middle of the record; then cut one of the record short.
 	update(t, s, func(tx *Tx) error {
 		p, _ := tx.PartitionByID(pid)
-		inBucket := bucketRefs(tx, pid)
+		inBucket := bucketRefs(t, tx, pid)
 		for _, f := range inBucket {
 			if _, err := tx.DeleteSegment(p, f); err != nil {
 				t.Fatal(err)
@@ -203,8 +205,8 @@ func TestRollbackUndoesAMoveToTheBucket(t *testing.T) {
 		sp := tx.Savepoint()
 		p := &Partition{ID: 1}
 		appendMsgs(t, tx, p, 100, "moved") // the record is full: this moves it
-		if len(bucketRefs(tx, 1)) != recentMax {
-			t.Fatalf("%d references moved, want %d", len(bucketRefs(tx, 1)), recentMax)
+		if len(bucketRefs(t, tx, 1)) != recentMax {
+			t.Fatalf("%d references moved, want %d", len(bucketRefs(t, tx, 1)), recentMax)
 		}
 		return tx.RollbackTo(sp)
 	})
@@ -212,7 +214,7 @@ func TestRollbackUndoesAMoveToTheBucket(t *testing.T) {
 		t.Fatal("rolled back push changed the state")
 	}
 	view(t, s, func(tx *Tx) error {
-		if n := len(bucketRefs(tx, 1)); n != 0 {
+		if n := len(bucketRefs(t, tx, 1)); n != 0 {
 			t.Fatalf("%d references left in the bucket", n)
 		}
 		checkRecentInvariant(t, tx, 1)
@@ -282,8 +284,8 @@ func TestSchema3FileOpensAsSchema4(t *testing.T) {
 	})
 	view(t, s, func(tx *Tx) error {
 		p := checkRecentInvariant(t, tx, 1)
-		if len(bucketRefs(tx, 1)) != 3 || p.recentCount() != 1 {
-			t.Fatalf("%d references in the bucket, %d in the record", len(bucketRefs(tx, 1)), p.recentCount())
+		if len(bucketRefs(t, tx, 1)) != 3 || p.recentCount() != 1 {
+			t.Fatalf("%d references in the bucket, %d in the record", len(bucketRefs(t, tx, 1)), p.recentCount())
 		}
 		if got := scan(t, tx, 1, 0); !slices.Equal(got, []string{"1:m0", "2:m1", "3:m2", "4:m3"}) {
 			t.Fatalf("scan %v", got)

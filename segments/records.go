@@ -107,10 +107,20 @@ func (p *Partition) marshal() []byte {
 	return append(append(b, p.Name...), p.recent...)
 }
 
+// partitionFieldsEnd is where the record b stored under key k ends its own
+// fields and name, and its segment references begin.
+func partitionFieldsEnd(k, b []byte) (int, error) {
+	if len(k) < 8 || len(b) < partitionFixed+len(k)-8 {
+		return 0, fmt.Errorf("partition record of %d bytes under a key of %d: %w", len(b), len(k), ErrCorrupt)
+	}
+	return partitionFixed + len(k) - 8, nil
+}
+
 // unmarshal decodes the record v stored under key k.
 func (p *Partition) unmarshal(k, b []byte) error {
-	if len(k) < 8 || len(b) < partitionFixed+len(k)-8 {
-		return fmt.Errorf("partition record of %d bytes under a key of %d: %w", len(b), len(k), ErrCorrupt)
+	end, err := partitionFieldsEnd(k, b)
+	if err != nil {
+		return err
 	}
 	p.ID, p.QueueID = u64(b), u64(b[8:])
 	copy(p.UUID[:], b[16:32])
@@ -125,9 +135,8 @@ func (p *Partition) unmarshal(k, b []byte) error {
 	p.WindowMark = int64(u64(f[56:]))
 	p.WindowCount = u64(f[64:])
 	p.WindowFirst = u64(f[72:])
-	name := b[partitionFixed : partitionFixed+len(k)-8]
-	p.Name = string(name)
-	if rest := b[partitionFixed+len(name):]; len(rest) > 0 {
+	p.Name = string(b[partitionFixed:end])
+	if rest := b[end:]; len(rest) > 0 {
 		// A copy: bbolt's value is only valid until the next write, and
 		// references flushed from it are handed to bbolt.
 		p.recent = bytes.Clone(rest)

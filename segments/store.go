@@ -378,10 +378,11 @@ func (s *Store) Digest() (applied uint64, digest string, err error) {
 				if bytes.Equal(name, bucketParts) {
 					// Without the references it holds: digestSegments
 					// hashes them with the bucket's.
-					if len(k) < 8 || len(v) < partitionFixed+len(k)-8 {
-						return fmt.Errorf("partition record %x: %w", k, ErrCorrupt)
+					end, err := partitionFieldsEnd(k, v)
+					if err != nil {
+						return err
 					}
-					v = v[:partitionFixed+len(k)-8]
+					v = v[:end]
 				}
 				write(v)
 			}
@@ -865,20 +866,19 @@ type SegmentInfo struct {
 // returns false to stop. Offsets deleted by retention are skipped silently.
 func (t *Tx) Scan(p *Partition, from uint64, fn func(*StoredMessage) (bool, error)) error {
 	var sm StoredMessage
-	pid := p.ID
 	return t.walkSegments(p, from, func(first uint64, ref blobRef, v []byte) (bool, error) {
 		_, blob, err := t.segmentBlob(v)
 		if err != nil {
-			return false, fmt.Errorf("partition %d segment %d: %w", pid, first, err)
+			return false, fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
 		}
 		r, err := NewSegmentReader(blob)
 		if err != nil {
-			return false, fmt.Errorf("partition %d segment %d: %w", pid, first, err)
+			return false, fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
 		}
 		for {
 			idx, ok, err := r.Next(&sm.Message)
 			if err != nil {
-				return false, fmt.Errorf("partition %d segment %d: %w", pid, first, err)
+				return false, fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
 			}
 			if !ok {
 				return true, nil
