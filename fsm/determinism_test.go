@@ -246,7 +246,7 @@ func (g *generator) step() {
 // openFSM opens a fresh state machine as node id.
 func openFSM(t *testing.T, dir, id string) *FSM {
 	t.Helper()
-	f, err := Open(Config{Dir: dir, NodeID: id})
+	f, err := Open(Config{Dir: dir, NodeID: id, VerifyCache: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,6 +39,10 @@ type Config struct {
 	// BootID identifies the running kernel boot; see DESIGN.md. Empty
 	// disables the crash check (the file is then always trusted).
 	BootID string
+	// VerifyCache checks every partition record served from the store's
+	// cache against the state file (segments.StoreOptions.VerifyCache); a
+	// difference fails the apply. For tests.
+	VerifyCache bool
 }
 
 // FSM implements raft.FSM and raft.BatchingFSM.
@@ -113,7 +117,8 @@ func Open(cfg Config) (*FSM, error) {
 func (f *FSM) dbPath() string { return filepath.Join(f.cfg.Dir, dbFile) }
 
 func (f *FSM) storeOptions() segments.StoreOptions {
-	return segments.StoreOptions{NoSync: !f.cfg.Sync, MmapSize: 1 << 30, Writeback: f.cfg.Writeback, Logger: f.log}
+	return segments.StoreOptions{NoSync: !f.cfg.Sync, MmapSize: 1 << 30, Writeback: f.cfg.Writeback,
+		VerifyCache: f.cfg.VerifyCache, Logger: f.log}
 }
 
 // checkCrash discards a state database that may be torn: one written without

@@ -71,7 +71,7 @@ func TestRegressionBatchedApplyDivergesWithRollbacks(t *testing.T) {
 // The root cause at the segments layer: RollbackTo must restore a key with
 // an empty value that was written earlier in the same bbolt transaction.
 func TestRegressionSavepointRestoresEmptyValueWrittenInSameTx(t *testing.T) {
-	st, err := segments.Open(filepath.Join(t.TempDir(), "s.db"), segments.StoreOptions{NoSync: true})
+	st, err := segments.Open(filepath.Join(t.TempDir(), "s.db"), segments.StoreOptions{NoSync: true, VerifyCache: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 
 func openSized(t *testing.T, path string, fileSize int64) *Store {
 	t.Helper()
-	s, err := Open(path, StoreOptions{NoSync: true, BlobFileSize: fileSize})
+	s, err := Open(path, StoreOptions{NoSync: true, VerifyCache: true, BlobFileSize: fileSize})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func fill(t *testing.T, s *Store, p *Partition, n int, tag string) {
 func filledStore(t *testing.T, n int) (string, *Store, *Partition) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "state.db")
-	s, err := Open(path, StoreOptions{NoSync: true})
+	s, err := Open(path, StoreOptions{NoSync: true, VerifyCache: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +324,7 @@ func TestOpenCutsUncommittedBlobBytes(t *testing.T) {
 
 func TestOpenRemovesUnreferencedBlobs(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
-	s, err := Open(path, StoreOptions{NoSync: true})
+	s, err := Open(path, StoreOptions{NoSync: true, VerifyCache: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +353,7 @@ func TestMissingBlobFileIsCorrupt(t *testing.T) {
 	if err := os.Truncate(active, 3); err != nil {
 		t.Fatal(err)
 	}
-	if s, err := Open(path, StoreOptions{NoSync: true}); !errors.Is(err, ErrCorrupt) {
+	if s, err := Open(path, StoreOptions{NoSync: true, VerifyCache: true}); !errors.Is(err, ErrCorrupt) {
 		if s != nil {
 			s.Close()
 		}
@@ -456,7 +456,7 @@ func TestReceiveSnapshotRejectsDamage(t *testing.T) {
 
 func FuzzReceiveSnapshot(f *testing.F) {
 	dir := f.TempDir()
-	s, err := Open(filepath.Join(dir, "seed.db"), StoreOptions{NoSync: true, BlobFileSize: 64})
+	s, err := Open(filepath.Join(dir, "seed.db"), StoreOptions{NoSync: true, VerifyCache: true, BlobFileSize: 64})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -494,7 +494,7 @@ func FuzzReceiveSnapshot(f *testing.F) {
 			t.Fatal(err)
 		}
 		// Whatever was accepted opens, or fails to open with an error.
-		st, err := Open(target, StoreOptions{NoSync: true})
+		st, err := Open(target, StoreOptions{NoSync: true, VerifyCache: true})
 		if err != nil {
 			return
 		}

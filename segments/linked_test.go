@@ -205,7 +205,7 @@ func TestOpenLeavesALinkedFileWhole(t *testing.T) {
 // one, and anything the fuzzer makes) to the expansion: it must fail
 // cleanly or produce a stream, and a receiver accepts only an intact one.
 func FuzzExpandLinked(f *testing.F) {
-	s, err := Open(filepath.Join(f.TempDir(), "state.db"), StoreOptions{NoSync: true, BlobFileSize: 200})
+	s, err := Open(filepath.Join(f.TempDir(), "state.db"), StoreOptions{NoSync: true, VerifyCache: true, BlobFileSize: 200})
 	if err != nil {
 		f.Fatal(err)
 	}

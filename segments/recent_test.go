@@ -252,7 +252,7 @@ func FuzzPartitionRecord(f *testing.F) {
 // schema 3 refuses.
 func TestSchema3FileOpensAsSchema4(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
-	s, err := Open(path, StoreOptions{NoSync: true})
+	s, err := Open(path, StoreOptions{NoSync: true, VerifyCache: true})
 	must(t, err)
 	update(t, s, func(tx *Tx) error {
 		p := newPartition(t, tx, "q", "p")

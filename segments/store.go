@@ -23,6 +23,10 @@ type Store struct {
 	path      string
 	blobs     *blobSet
 	writeback *writeback // nil unless StoreOptions.Writeback is set
+	// parts caches decoded partition records for write transactions
+	// (partcache.go); verifyCache checks every hit against the bucket.
+	parts       *partCache
+	verifyCache bool
 }
 
 // StoreOptions tune how the database file is opened.
@@ -43,6 +47,10 @@ type StoreOptions struct {
 	// reach the disk in small pieces instead of the kernel's bursts. Linux
 	// only; ignored elsewhere.
 	Writeback time.Duration
+	// VerifyCache compares every partition record a write transaction takes
+	// from the store's cache with the record in the bucket, and fails the
+	// load when they differ. For tests: it costs the read the cache saves.
+	VerifyCache bool
 	// Logger receives what the store does outside a transaction's result:
 	// a blob file it could not remove yet (it retries). Nil discards.
 	Logger *slog.Logger
@@ -122,7 +130,7 @@ func openWithMigrationBatch(path string, o StoreOptions, batch int) (*Store, err
 		db.Close()
 		return nil, err
 	}
-	s := &Store{db: db, path: path, blobs: blobs}
+	s := &Store{db: db, path: path, blobs: blobs, parts: newPartCache(partCacheMax), verifyCache: o.VerifyCache}
 	if migrate {
 		log := o.Logger
 		if log == nil {
@@ -339,6 +347,7 @@ func (s *Store) Update(fn func(*Tx) error) (err error) {
 		return fmt.Errorf("commit: %w", err)
 	}
 	committed = true
+	s.parts.commit(t.parts)
 	s.blobs.commit(t.w, dead)
 	return nil
 }
@@ -451,6 +460,10 @@ type Tx struct {
 	buckets [len(bucketOrder)]*bolt.Bucket
 	undo    []undoRec
 	depth   int
+	// parts is this transaction's overlay on the store's partition cache:
+	// a copy of each partition record it stored, nil for one it deleted or
+	// rolled back (partcache.go).
+	parts map[string]*partNote
 	// keyBuf and slab spare an allocation per small row on hot paths
 	// (scratchKey8, value).
 	keyBuf []byte
@@ -549,6 +562,9 @@ func (t *Tx) put(b int, key, val []byte) error {
 	if t.depth > 0 {
 		t.record(b, key)
 	}
+	if b == bParts {
+		t.notePartition(key, nil) // PutPartition and CreatePartition then note the record
+	}
 	if err := t.bucket(b).Put(key, val); err != nil {
 		return fmt.Errorf("put %s: %w", bucketOrder[b], err)
 	}
@@ -558,6 +574,9 @@ func (t *Tx) put(b int, key, val []byte) error {
 func (t *Tx) del(b int, key []byte) error {
 	if t.depth > 0 {
 		t.record(b, key)
+	}
+	if b == bParts {
+		t.notePartition(key, nil)
 	}
 	if err := t.bucket(b).Delete(key); err != nil {
 		return fmt.Errorf("delete %s: %w", bucketOrder[b], err)
@@ -599,6 +618,9 @@ func (t *Tx) RollbackTo(sp int) error {
 		}
 		if err != nil {
 			return fmt.Errorf("roll back %s: %w", bucketOrder[r.b], err)
+		}
+		if r.b == bParts {
+			t.notePartition(r.key, nil)
 		}
 	}
 	t.undo = t.undo[:sp]
@@ -754,12 +776,23 @@ func (t *Tx) Partition(qid uint64, name string) (*Partition, error) {
 }
 
 func (t *Tx) partitionAt(key []byte) (*Partition, error) {
+	p, ok, fill, err := t.partitionCached(key)
+	if ok || err != nil {
+		return p, err
+	}
 	v := t.get(bParts, key)
 	if v == nil {
 		return nil, nil
 	}
-	p := new(Partition)
-	return p, p.unmarshal(key, v)
+	p = new(Partition)
+	if err := p.unmarshal(key, v); err != nil {
+		return nil, err
+	}
+	if fill {
+		cp := *p
+		t.store.parts.add(string(key), &cp)
+	}
+	return p, nil
 }
 
 // PartitionByID loads a partition by its number.
@@ -794,12 +827,21 @@ func (t *Tx) CreatePartition(p *Partition) error {
 	if err := t.put(bPartUUIDs, p.UUID[:], be64(id)); err != nil {
 		return err
 	}
-	return t.put(bParts, key, p.marshal())
+	if err := t.put(bParts, key, p.marshal()); err != nil {
+		return err
+	}
+	t.notePartition(key, p)
+	return nil
 }
 
 // PutPartition stores an existing partition's record.
 func (t *Tx) PutPartition(p *Partition) error {
-	return t.put(bParts, t.scratchKey8(p.QueueID, p.Name), p.marshal())
+	key := t.scratchKey8(p.QueueID, p.Name)
+	if err := t.put(bParts, key, p.marshal()); err != nil {
+		return err
+	}
+	t.notePartition(key, p)
+	return nil
 }
 
 // ForEachPartition calls fn for the queue's partitions in name order,

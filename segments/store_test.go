@@ -13,7 +13,7 @@ import (
 
 func openStore(t *testing.T) *Store {
 	t.Helper()
-	s, err := Open(filepath.Join(t.TempDir(), "state.db"), StoreOptions{NoSync: true})
+	s, err := Open(filepath.Join(t.TempDir(), "state.db"), StoreOptions{NoSync: true, VerifyCache: true})
 	if err != nil {
 		t.Fatal(err)
 	}

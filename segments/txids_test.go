@@ -118,7 +118,7 @@ func TestSchema2StateFileIsMigrated(t *testing.T) {
 		dir := t.TempDir()
 		copyTree(t, filepath.Join("testdata", "schema2"), dir)
 		path := filepath.Join(dir, "state.db")
-		s, err := openWithMigrationBatch(path, StoreOptions{NoSync: true}, batch)
+		s, err := openWithMigrationBatch(path, StoreOptions{NoSync: true, VerifyCache: true}, batch)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,7 +134,7 @@ func TestSchema2StateFileIsMigrated(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Reopening finds schema 3 and leaves the index alone.
-		s, err = Open(path, StoreOptions{NoSync: true})
+		s, err = Open(path, StoreOptions{NoSync: true, VerifyCache: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +191,7 @@ func TestSchema2SnapshotIsMigrated(t *testing.T) {
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(path, StoreOptions{NoSync: true})
+	s, err := Open(path, StoreOptions{NoSync: true, VerifyCache: true})
 	if err != nil {
 		t.Fatal(err)
 	}

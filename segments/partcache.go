@@ -1,0 +1,147 @@
+package segments
+
+import (
+	"bytes"
+	"fmt"
+)
+
+// partCacheMax bounds how many decoded partition records a store keeps
+// (about 1 KB each at most: the fixed fields, the name, 16 references).
+const partCacheMax = 16384
+
+// partCache keeps decoded partition records as they stand after the last
+// committed write transaction, for write transactions only.
+//
+// Why: a push over many partitions loads each message's partition record
+// (a B+tree search, a decode and a validation of its references), changes
+// it and stores it; with 10,000 partitions that load was a tenth of a
+// node's CPU. The applying node is the only writer of its state file, so
+// what it stored last is what the next write transaction would read back.
+// Read transactions never use it: one may have begun before the last
+// commit and must see its own snapshot.
+//
+// Correctness rests on one rule: every write to the partitions bucket goes
+// through Tx.put, Tx.del or a savepoint rollback, each of which records the
+// key in the transaction's own overlay (Tx.parts); the overlay reaches the
+// cache only when bbolt has committed, and is dropped otherwise. A cached
+// record is never handed out: readers get a copy. Copies by value are safe
+// because a Partition's name is a string and its references are never
+// edited in place (recent.go builds a new slice for every change).
+//
+// Only the goroutine holding bbolt's single write transaction touches the
+// cache, so bbolt's writer lock orders every access; it takes no lock of its
+// own.
+type partCache struct {
+	m map[string]*Partition
+	// ring holds the keys in insertion order; the oldest is evicted when the
+	// cache is full. A key dropped from m may linger in ring: evicting it
+	// later only costs a miss.
+	ring []string
+	next int
+	max  int
+}
+
+func newPartCache(max int) *partCache {
+	return &partCache{m: make(map[string]*Partition), max: max}
+}
+
+// add keeps p (owned by the cache from now on) as key's committed record.
+func (c *partCache) add(key string, p *Partition) {
+	if _, ok := c.m[key]; ok {
+		c.m[key] = p
+		return
+	}
+	if len(c.ring) < c.max {
+		c.ring = append(c.ring, key)
+	} else {
+		delete(c.m, c.ring[c.next])
+		c.ring[c.next] = key
+		c.next = (c.next + 1) % c.max
+	}
+	c.m[key] = p
+}
+
+// partNote is what a write transaction knows of a partition record it
+// wrote: the record it stored (known), or nothing (deleted, rolled back, or
+// written by other means than PutPartition and CreatePartition).
+type partNote struct {
+	p     Partition
+	known bool
+}
+
+// commit applies a committed transaction's overlay: a record it stored
+// replaces the cached one, a key it deleted or rolled back is forgotten.
+func (c *partCache) commit(parts map[string]*partNote) {
+	for k, n := range parts { // order is irrelevant: keys are distinct
+		if !n.known {
+			delete(c.m, k)
+			continue
+		}
+		c.add(k, &n.p) // the transaction is over: the note is the cache's now
+	}
+}
+
+// partitionCached answers a write transaction's load of the partition
+// stored under key from its overlay or the store's cache. ok is false when
+// the caller must read the bucket; fill then says whether what it reads is
+// the committed record, to be cached.
+func (t *Tx) partitionCached(key []byte) (p *Partition, ok, fill bool, err error) {
+	c := t.store.parts
+	if t.w == nil || c == nil {
+		return nil, false, false, nil
+	}
+	var src *Partition
+	if n, in := t.parts[string(key)]; in {
+		if !n.known {
+			return nil, false, false, nil // written here, not by PutPartition: read the bucket
+		}
+		src = &n.p
+	} else if src = c.m[string(key)]; src == nil {
+		return nil, false, true, nil
+	}
+	cp := *src
+	if t.store.verifyCache {
+		if err := t.verifyPartition(key, &cp); err != nil {
+			return nil, false, false, err
+		}
+	}
+	return &cp, true, false, nil
+}
+
+// notePartition records in the transaction's overlay that key's record is
+// now p (a copy is kept), or unknown when p is nil. Tx.put notes every
+// write to the partitions bucket as unknown; PutPartition and
+// CreatePartition then note the record they stored, which finds the entry
+// put made and fills it without allocating again.
+func (t *Tx) notePartition(key []byte, p *Partition) {
+	if t.store.parts == nil || t.w == nil {
+		return
+	}
+	n := t.parts[string(key)]
+	if n == nil {
+		if t.parts == nil {
+			t.parts = make(map[string]*partNote)
+		}
+		n = new(partNote)
+		t.parts[string(key)] = n
+	}
+	if p == nil {
+		n.known = false
+		return
+	}
+	n.p, n.known = *p, true
+}
+
+// verifyPartition compares a cached record with the stored one
+// (StoreOptions.VerifyCache): a difference means some write escaped the
+// overlay, and applying on would diverge from a node without the cache.
+func (t *Tx) verifyPartition(key []byte, cached *Partition) error {
+	v := t.get(bParts, key)
+	if v == nil {
+		return fmt.Errorf("partition cache holds %q, which is not stored", key)
+	}
+	if !bytes.Equal(cached.marshal(), v) {
+		return fmt.Errorf("partition cache disagrees with the record stored under %q: cached %x, stored %x", key, cached.marshal(), v)
+	}
+	return nil
+}
