@@ -458,6 +458,11 @@ type Tx struct {
 	store   *Store
 	w       *blobTx // nil in a read transaction
 	buckets [len(bucketOrder)]*bolt.Bucket
+	// cursors serve get: bbolt's Get makes a cursor per call and grows its
+	// stack level by level, which was 5 % of a node's CPU pushing over
+	// 10,000 partitions; Seek restarts from the root, so one per bucket
+	// serves every lookup of the transaction, writes in between included.
+	cursors [len(bucketOrder)]*bolt.Cursor
 	undo    []undoRec
 	depth   int
 	// parts is this transaction's overlay on the store's partition cache:
@@ -556,7 +561,24 @@ func (t *Tx) value(n int) []byte {
 	return v
 }
 
-func (t *Tx) get(b int, key []byte) []byte { return t.bucket(b).Get(key) }
+func (t *Tx) get(b int, key []byte) []byte {
+	// What bbolt's Get answers: the value stored under exactly key, nil if
+	// none (top-level buckets hold no nested buckets).
+	if k, v := t.cursor(b).Seek(key); bytes.Equal(k, key) {
+		return v
+	}
+	return nil
+}
+
+// cursor is the transaction's cursor over bucket b, for lookups by Seek.
+func (t *Tx) cursor(b int) *bolt.Cursor {
+	c := t.cursors[b]
+	if c == nil {
+		c = t.bucket(b).Cursor()
+		t.cursors[b] = c
+	}
+	return c
+}
 
 func (t *Tx) put(b int, key, val []byte) error {
 	if t.depth > 0 {
@@ -588,7 +610,7 @@ func (t *Tx) record(b int, key []byte) {
 	// A cursor, not Get: bbolt's Get answers nil for an empty value written
 	// earlier in the same transaction, which would turn "restore the empty
 	// value" into "delete the key".
-	k, old := t.bucket(b).Cursor().Seek(key)
+	k, old := t.cursor(b).Seek(key)
 	r := undoRec{b: b, key: bytes.Clone(key), existed: bytes.Equal(k, key)}
 	if r.existed {
 		r.old = bytes.Clone(old)
