@@ -201,8 +201,7 @@ func (f *forwarder) relayWith(w http.ResponseWriter, r *http.Request, body []byt
 			w.Header().Set(h, v)
 		}
 	}
-	w.WriteHeader(resp.StatusCode)
-	w.Write(b)
+	writeBody(w, resp.StatusCode, b)
 	return true
 }
 

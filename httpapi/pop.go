@@ -277,8 +277,7 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request) (delivered, 
 		return false, true
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(resp.StatusCode)
-	w.Write(b)
+	writeBody(w, resp.StatusCode, b)
 	return resp.StatusCode == http.StatusOK, resp.StatusCode != http.StatusOK
 }
 

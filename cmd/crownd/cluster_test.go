@@ -1636,3 +1636,46 @@ func TestClusterPausedLeaderDoesNotHoldForwardedWrites(t *testing.T) {
 		t.Fatalf("queue holds %d messages, want 2 (warm-up and while-frozen once)", len(msgs))
 	}
 }
+
+// Answers state their length, relayed ones too: net/http falls back to
+// chunked encoding for a body over 2 KB written without one, which costs the
+// relaying node and the client a chunk parse per pop.
+func TestClusterAnswersStateTheirLength(t *testing.T) {
+	c := tc.Start(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const queue = "sized"
+	leader := c.Leader()
+	fs := clusterFollowers(c, leader)
+	var items []tc.PushItem
+	for i := range 40 {
+		items = append(items, tc.PushItem{Queue: queue, Partition: "p", Payload: map[string]string{"pad": strings.Repeat("x", 200)},
+			TransactionID: fmt.Sprintf("sized-%d", i)})
+	}
+	if _, err := fs[0].Client().Push(ctx, items); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*tc.Node{fs[1], leader} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+			n.URL()+"/api/v1/pop/queue/"+queue+"?batch=20&wait=false&consumerGroup=via-"+n.ID(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK || len(body) < 4096 {
+			t.Fatalf("pop via %s: %d with %d bytes, want 200 with 20 messages", n.ID(), resp.StatusCode, len(body))
+		}
+		if resp.ContentLength != int64(len(body)) || len(resp.TransferEncoding) != 0 {
+			t.Errorf("pop via %s: Content-Length %d, Transfer-Encoding %v for a %d-byte answer",
+				n.ID(), resp.ContentLength, resp.TransferEncoding, len(body))
+		}
+	}
+}
