@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
@@ -626,5 +627,49 @@ func TestRestoreWhileOwnSnapshotIsHeld(t *testing.T) {
 	}
 	if _, dg := digestOf(t, f); dg != rec.digests[len(rec.logs)-1] {
 		t.Fatal("applies after the restore diverge")
+	}
+}
+
+// A snapshot first seals an active blob file holding at least a megabyte,
+// so a linked snapshot copies an empty file instead of those payloads, and
+// leaves a smaller one alone.
+func TestSnapshotSealsTheActiveBlobFile(t *testing.T) {
+	m := newMachine(t)
+	blobFiles := func() int {
+		names, err := filepath.Glob(filepath.Join(m.f.cfg.Dir, "*.blobs-*", "*"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(names)
+	}
+	m.push(benchItems("q", 1, 100, "small-")...) // about 25 KB
+	snap, err := m.f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap.Release()
+	if n := blobFiles(); n != 1 {
+		t.Fatalf("after a snapshot of 25 KB of payloads: %d blob files, want the one", n)
+	}
+	for i := range 50 {
+		m.push(benchItems("q", 4, 100, fmt.Sprintf("big-%d-", i))...)
+	}
+	_, before, err := m.f.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err = m.f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap.Release()
+	if n := blobFiles(); n != 2 {
+		t.Fatalf("after a snapshot of 1.3 MB of payloads: %d blob files, want a sealed one and a new one", n)
+	}
+	if _, after, err := m.f.Digest(); err != nil || after != before {
+		t.Fatalf("sealing changed the digest (%v)", err)
+	}
+	if r := m.push(benchItems("q", 4, 10, "after-")...); len(r.Items) != 10 {
+		t.Fatalf("push after sealing: %+v", r)
 	}
 }

@@ -278,11 +278,12 @@ func (s *blobSet) close() error {
 }
 
 // begin starts a write transaction's blob state. When the active file is
-// full it moves appends to a new one; the file is created now but only
-// registered if the transaction commits.
-func (s *blobSet) begin(t *Tx) error {
+// full, or holds at least seal bytes (seal > 0, Store.SealActive), it moves
+// appends to a new one; the file is created now but only registered if the
+// transaction commits.
+func (s *blobSet) begin(t *Tx, seal int64) error {
 	t.w = &blobTx{active: s.active, base: s.activeLen, pending: make([]byte, 0, s.lastPending)}
-	if s.activeLen < s.fileSize {
+	if s.activeLen < s.fileSize && (seal <= 0 || s.activeLen < seal) {
 		return nil
 	}
 	old, err := t.fileRec(s.active)

@@ -286,3 +286,71 @@ func TestRolloverNeverTruncatesThroughAName(t *testing.T) {
 		t.Fatalf("the linked file changed to %q: %v", got, err)
 	}
 }
+
+func TestSealActiveMakesALinkedSnapshotCopyNothing(t *testing.T) {
+	s := openSized(t, filepath.Join(t.TempDir(), "state.db"), 1<<20)
+	var p *Partition
+	update(t, s, func(tx *Tx) error { p = newPartition(t, tx, "q", "p"); return nil })
+	fill(t, s, p, 30, "m") // 30 segments in one file, far below its size
+	sealed := s.blobs.active
+	_, before, err := s.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Below the threshold nothing moves.
+	if err := s.SealActive(s.blobs.activeLen + 1); err != nil {
+		t.Fatal(err)
+	}
+	if s.blobs.active != sealed {
+		t.Fatalf("SealActive below its threshold moved appends to file %d", s.blobs.active)
+	}
+	if err := s.SealActive(s.blobs.activeLen); err != nil {
+		t.Fatal(err)
+	}
+	if s.blobs.active == sealed || s.blobs.activeLen != 0 {
+		t.Fatalf("after SealActive: active file %d of %d bytes, want a new empty one after %d",
+			s.blobs.active, s.blobs.activeLen, sealed)
+	}
+	if _, after, err := s.Digest(); err != nil || after != before {
+		t.Fatalf("sealing changed the digest (%v)", err)
+	}
+	checkAccounting(t, s)
+
+	// The snapshot links the file that holds every payload and copies an
+	// empty one; it expands to the plain stream and restores the same state.
+	plain := snapshotOf(t, s)
+	manifest, dir := linkedOf(t, s)
+	live, err := os.Stat(filepath.Join(s.blobs.dir, blobFileName(sealed)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	placed, err := os.Stat(filepath.Join(dir, blobFileName(sealed)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(live, placed) {
+		t.Error("the sealed file was copied, not linked")
+	}
+	if st, err := os.Stat(filepath.Join(dir, blobFileName(s.blobs.active))); err != nil || st.Size() != 0 {
+		t.Errorf("the new active file in the snapshot: %v, %v; want an empty copy", st, err)
+	}
+	got, _, err := expand(manifest, dir)
+	if err != nil || !bytes.Equal(got, plain) {
+		t.Fatalf("expanded stream equal %v, error %v", bytes.Equal(got, plain), err)
+	}
+	r := restoreInto(t, got, filepath.Join(t.TempDir(), "restored.db"), 1<<20)
+	if _, after, _ := r.Digest(); after != before {
+		t.Fatal("restored state differs from the state the snapshot was taken of")
+	}
+
+	// Appends go on in the new file and every message still reads.
+	fill(t, s, p, 3, "n")
+	view(t, s, func(tx *Tx) error {
+		if got := scan(t, tx, p.ID, 1); len(got) != 33 || got[32] != "33:n002" {
+			t.Fatalf("scan after sealing: %d messages, last %q", len(got), got[len(got)-1])
+		}
+		return nil
+	})
+	checkAccounting(t, s)
+}

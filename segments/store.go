@@ -320,7 +320,20 @@ func (s *Store) Sync() error { return s.db.Sync() }
 // Update runs fn in a write transaction, committed when fn returns nil. The
 // blobs fn appended are written to their file first, so a committed
 // reference never points past what the file holds.
-func (s *Store) Update(fn func(*Tx) error) (err error) {
+func (s *Store) Update(fn func(*Tx) error) error { return s.update(0, fn) }
+
+// SealActive moves appends to a new blob file if the active one holds at
+// least min committed bytes. A linked snapshot hard-links sealed files and
+// copies the active one (linked.go), so sealing it first makes a snapshot
+// cost the indexes alone instead of up to a whole file of payloads. Which
+// file holds a blob is physical, like a page's place (DESIGN.md): this
+// changes only the files bucket, which no apply reads and the digest skips,
+// so a node may do it whenever it likes, outside the log.
+func (s *Store) SealActive(min int64) error {
+	return s.update(max(min, 1), func(*Tx) error { return nil })
+}
+
+func (s *Store) update(seal int64, fn func(*Tx) error) (err error) {
 	btx, err := s.db.Begin(true)
 	if err != nil {
 		return fmt.Errorf("begin write: %w", err)
@@ -333,7 +346,7 @@ func (s *Store) Update(fn func(*Tx) error) (err error) {
 			s.blobs.abort(t.w)
 		}
 	}()
-	if err := s.blobs.begin(t); err != nil {
+	if err := s.blobs.begin(t, seal); err != nil {
 		return err
 	}
 	if err := fn(t); err != nil {
