@@ -72,7 +72,9 @@ type partNote struct {
 // commit applies a committed transaction's overlay: a record it stored
 // replaces the cached one, a key it deleted or rolled back is forgotten.
 func (c *partCache) commit(parts map[string]*partNote) {
-	for k, n := range parts { // order is irrelevant: keys are distinct
+	// Map order only decides which records a full cache evicts first, and
+	// no result depends on what is cached.
+	for k, n := range parts {
 		if !n.known {
 			delete(c.m, k)
 			continue

@@ -479,8 +479,8 @@ type Tx struct {
 	undo    []undoRec
 	depth   int
 	// parts is this transaction's overlay on the store's partition cache:
-	// a copy of each partition record it stored, nil for one it deleted or
-	// rolled back (partcache.go).
+	// for each partition key it wrote, a copy of the record it stored, or a
+	// note that the record is unknown (deleted, rolled back; partcache.go).
 	parts map[string]*partNote
 	// keyBuf and slab spare an allocation per small row on hot paths
 	// (scratchKey8, value).
