@@ -20,6 +20,28 @@ func loadPart(t *testing.T, tx *Tx, pid uint64) *Partition {
 	return p
 }
 
+// wantScan checks what a read transaction scans from p's first offset.
+func wantScan(t *testing.T, s *Store, pid uint64, want string) {
+	t.Helper()
+	view(t, s, func(tx *Tx) error {
+		if got := strings.Join(scan(t, tx, pid, 1), " "); got != want {
+			t.Fatalf("scan: %s, want %s", got, want)
+		}
+		return nil
+	})
+}
+
+// storedPartition creates partition q/p0 in its own transaction.
+func storedPartition(t *testing.T, s *Store) Partition {
+	t.Helper()
+	var p Partition
+	update(t, s, func(tx *Tx) error {
+		p = *newPartition(t, tx, "q", "p0")
+		return nil
+	})
+	return p
+}
+
 // cached reports whether the store's cache holds p's record.
 func cached(s *Store, p *Partition) bool {
 	_, ok := s.parts.m[string(key8(p.QueueID, []byte(p.Name)))]
@@ -67,21 +89,12 @@ func TestPartitionCacheServesCommittedRecords(t *testing.T) {
 		}
 		return nil
 	})
-	view(t, s, func(tx *Tx) error {
-		if got := scan(t, tx, p.ID, 1); strings.Join(got, " ") != "1:a 2:b" {
-			t.Fatalf("scan: %v", got)
-		}
-		return nil
-	})
+	wantScan(t, s, p.ID, "1:a 2:b")
 }
 
 func TestPartitionCacheFollowsSavepointRollback(t *testing.T) {
 	s := openStore(t)
-	var p Partition
-	update(t, s, func(tx *Tx) error {
-		p = *newPartition(t, tx, "q", "p0")
-		return nil
-	})
+	p := storedPartition(t, s)
 	update(t, s, func(tx *Tx) error {
 		appendMsgs(t, tx, &p, 10, "a") // noted in the overlay
 		sp := tx.Savepoint()
@@ -99,12 +112,7 @@ func TestPartitionCacheFollowsSavepointRollback(t *testing.T) {
 		}
 		return nil
 	})
-	view(t, s, func(tx *Tx) error {
-		if got := scan(t, tx, p.ID, 1); strings.Join(got, " ") != "1:a 2:c" {
-			t.Fatalf("scan: %v", got)
-		}
-		return nil
-	})
+	wantScan(t, s, p.ID, "1:a 2:c")
 }
 
 func TestPartitionCacheForgetsDeletedPartitions(t *testing.T) {
@@ -134,11 +142,7 @@ func TestPartitionCacheForgetsDeletedPartitions(t *testing.T) {
 // cache stale; VerifyCache must catch it at the next load.
 func TestVerifyCacheCatchesAnEscapedWrite(t *testing.T) {
 	s := openStore(t)
-	var p Partition
-	update(t, s, func(tx *Tx) error {
-		p = *newPartition(t, tx, "q", "p0")
-		return nil
-	})
+	p := storedPartition(t, s)
 	update(t, s, func(tx *Tx) error {
 		changed := p
 		changed.Messages = 7
