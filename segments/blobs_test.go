@@ -540,3 +540,52 @@ func TestSyncedStoreRollsOverAndReopens(t *testing.T) {
 	}
 	checkAccounting(t, s)
 }
+
+// The active file's live bytes are kept by the transaction and written
+// once: a blob appended and freed in the same transaction, and a free a
+// savepoint rolls back, must leave the record what the references say.
+func TestActiveFileLiveBytesWithinATransaction(t *testing.T) {
+	s := openStore(t)
+	var p Partition
+	update(t, s, func(tx *Tx) error {
+		p = *newPartition(t, tx, "q", "p")
+		for _, id := range []string{"a", "b", "c"} {
+			appendMsgs(t, tx, &p, 10, id)
+		}
+		return nil
+	})
+	checkAccounting(t, s)
+	update(t, s, func(tx *Tx) error {
+		d := appendMsgs(t, tx, &p, 11, "d")
+		if n, err := tx.DeleteSegment(&p, d); err != nil || n != 1 {
+			t.Fatalf("delete the segment appended here: %d, %v", n, err)
+		}
+		must(t, tx.PutPartition(&p))
+		sp := tx.Savepoint()
+		if n, err := tx.DeleteSegment(&p, 1); err != nil || n != 1 {
+			t.Fatalf("delete a committed segment: %d, %v", n, err)
+		}
+		must(t, tx.PutPartition(&p))
+		must(t, tx.RollbackTo(sp))
+		stored, err := tx.PartitionByID(p.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p = *stored
+		if n, err := tx.DeleteSegment(&p, 2); err != nil || n != 1 {
+			t.Fatalf("delete b: %d, %v", n, err)
+		}
+		return tx.PutPartition(&p)
+	})
+	checkAccounting(t, s)
+	wantScan(t, s, p.ID, "1:a 3:c")
+	// A transaction that only frees (retention) still records it.
+	update(t, s, func(tx *Tx) error {
+		if n, err := tx.DeleteSegment(&p, 3); err != nil || n != 1 {
+			t.Fatalf("delete c: %d, %v", n, err)
+		}
+		return tx.PutPartition(&p)
+	})
+	checkAccounting(t, s)
+	wantScan(t, s, p.ID, "1:a")
+}

@@ -636,7 +636,7 @@ func (t *Tx) record(b int, key []byte) {
 func (t *Tx) Savepoint() int {
 	t.depth++
 	if t.w != nil {
-		t.w.marks = append(t.w.marks, len(t.w.pending))
+		t.w.marks = append(t.w.marks, blobMark{pending: len(t.w.pending), live: t.w.live})
 	}
 	return len(t.undo)
 }
@@ -663,7 +663,8 @@ func (t *Tx) RollbackTo(sp int) error {
 	if t.w != nil {
 		// The blobs appended since are unreferenced now: drop them.
 		top := len(t.w.marks) - 1
-		t.w.pending = t.w.pending[:t.w.marks[top]]
+		t.w.pending = t.w.pending[:t.w.marks[top].pending]
+		t.w.live = t.w.marks[top].live
 		t.w.marks = t.w.marks[:top]
 	}
 	return nil
