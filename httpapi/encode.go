@@ -137,9 +137,25 @@ func (s *Server) appendPop(dst []byte, lr *fsm.LeaseResult) ([]byte, *apiError) 
 	dst = append(dst, `,"partitionsClaimed":`...)
 	dst = js.AppendInt(dst, int64(len(lr.Partitions)))
 	dst = append(dst, `,"messages":[`...)
+	// Every message of a partition repeats the same five members, and the
+	// messages of one segment share their commit time: both are encoded
+	// once (time.Format was 3 % of a leader's CPU in a consume run).
+	var shared, at []byte
+	lastAt := int64(-1)
 	n := 0
 	for pi := range lr.Partitions {
 		lp := &lr.Partitions[pi]
+		shared = append(shared[:0], `,"queue":`...)
+		shared = js.AppendString(shared, lp.Queue)
+		shared = append(shared, `,"partition":`...)
+		shared = js.AppendString(shared, lp.Partition)
+		shared = append(shared, `,"partitionId":`...)
+		shared = appendUUID(shared, lp.PartitionID)
+		shared = append(shared, `,"leaseId":`...)
+		shared = js.AppendString(shared, lease)
+		shared = append(shared, `,"consumerGroup":`...)
+		shared = js.AppendString(shared, lr.Group)
+		shared = append(shared, `,"data":`...)
 		for i := range lp.Messages {
 			m := &lp.Messages[i]
 			data, aerr := s.open(m.Payload, m.Encrypted)
@@ -154,17 +170,7 @@ func (s *Server) appendPop(dst []byte, lr *fsm.LeaseResult) ([]byte, *apiError) 
 			dst = appendUUID(dst, m.ID)
 			dst = append(dst, `,"transactionId":`...)
 			dst = js.AppendString(dst, m.TxID)
-			dst = append(dst, `,"queue":`...)
-			dst = js.AppendString(dst, lp.Queue)
-			dst = append(dst, `,"partition":`...)
-			dst = js.AppendString(dst, lp.Partition)
-			dst = append(dst, `,"partitionId":`...)
-			dst = appendUUID(dst, lp.PartitionID)
-			dst = append(dst, `,"leaseId":`...)
-			dst = js.AppendString(dst, lease)
-			dst = append(dst, `,"consumerGroup":`...)
-			dst = js.AppendString(dst, lr.Group)
-			dst = append(dst, `,"data":`...)
+			dst = append(dst, shared...)
 			dst = append(dst, data...)
 			dst = append(dst, `,"traceId":`...)
 			if m.HasTrace {
@@ -175,7 +181,10 @@ func (s *Server) appendPop(dst []byte, lr *fsm.LeaseResult) ([]byte, *apiError) 
 			dst = append(dst, `,"producerSub":`...)
 			dst = appendOptString(dst, m.ProducerSub, m.ProducerSub != "")
 			dst = append(dst, `,"createdAt":"`...)
-			dst = append(dst, formatMicros(m.CreatedAt)...)
+			if m.CreatedAt != lastAt {
+				at, lastAt = appendMicros(at[:0], m.CreatedAt), m.CreatedAt
+			}
+			dst = append(dst, at...)
 			dst = append(dst, `","retryCount":`...)
 			dst = js.AppendUint(dst, m.RetryCount)
 			dst = append(dst, '}')

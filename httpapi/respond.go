@@ -153,9 +153,10 @@ func newUUIDv7() string {
 
 // ---- times ----
 
-// formatMicros renders unix µs as RFC 3339 UTC with microseconds (message createdAt).
-func formatMicros(us int64) string {
-	return time.UnixMicro(us).UTC().Format("2006-01-02T15:04:05.000000Z")
+// appendMicros appends unix µs as RFC 3339 UTC with microseconds (message
+// createdAt).
+func appendMicros(dst []byte, us int64) []byte {
+	return time.UnixMicro(us).UTC().AppendFormat(dst, "2006-01-02T15:04:05.000000Z")
 }
 
 // formatMillis renders unix µs as RFC 3339 UTC with milliseconds (every other time).
