@@ -1320,6 +1320,14 @@ func TestClusterPushRightAfterLeaderKillWaitsForNewLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	leader.Kill()
+	// The warm-up left the follower a kept-alive connection to the leader,
+	// which the kernel closed with the process. A request written into it
+	// before the follower's HTTP client has seen that close reads EOF, and
+	// the follower rightly answers "may have been applied" (CI on 2 busy
+	// cores hit that window once). This test is about a request that finds
+	// no leader, so it lets the close land first; the election still takes
+	// seconds, so the push below still arrives while there is no leader.
+	time.Sleep(200 * time.Millisecond)
 	start := time.Now()
 	res, err := follower.Client().Push(ctx, []tc.PushItem{{Queue: "bug-forward", Payload: 1, TransactionID: "after-kill"}})
 	took := time.Since(start)
