@@ -116,6 +116,22 @@ func appendAckResults(dst []byte, items []fsm.AckItem, res []fsm.AckItemResult) 
 	return append(dst, ']')
 }
 
+// appendLeaseMembers appends the members a pop answer and each of its
+// messages carry about the claim: queue, partition, partitionId, leaseId
+// and consumerGroup.
+func appendLeaseMembers(dst []byte, lp *fsm.LeasedPartition, lease, group string) []byte {
+	dst = append(dst, `"queue":`...)
+	dst = js.AppendString(dst, lp.Queue)
+	dst = append(dst, `,"partition":`...)
+	dst = js.AppendString(dst, lp.Partition)
+	dst = append(dst, `,"partitionId":`...)
+	dst = appendUUID(dst, lp.PartitionID)
+	dst = append(dst, `,"leaseId":`...)
+	dst = js.AppendString(dst, lease)
+	dst = append(dst, `,"consumerGroup":`...)
+	return js.AppendString(dst, group)
+}
+
 // appendPop writes a pop response (queen-api.md 3.6, 4.18), opening
 // encrypted payloads.
 func (s *Server) appendPop(dst []byte, lr *fsm.LeaseResult) ([]byte, *apiError) {
@@ -123,17 +139,8 @@ func (s *Server) appendPop(dst []byte, lr *fsm.LeaseResult) ([]byte, *apiError) 
 	if lr.LeaseID != ([16]byte{}) {
 		lease = formatUUID(lr.LeaseID)
 	}
-	first := &lr.Partitions[0]
-	dst = append(dst, `{"success":true,"queue":`...)
-	dst = js.AppendString(dst, first.Queue)
-	dst = append(dst, `,"partition":`...)
-	dst = js.AppendString(dst, first.Partition)
-	dst = append(dst, `,"partitionId":`...)
-	dst = appendUUID(dst, first.PartitionID)
-	dst = append(dst, `,"leaseId":`...)
-	dst = js.AppendString(dst, lease)
-	dst = append(dst, `,"consumerGroup":`...)
-	dst = js.AppendString(dst, lr.Group)
+	dst = append(dst, `{"success":true,`...)
+	dst = appendLeaseMembers(dst, &lr.Partitions[0], lease, lr.Group)
 	dst = append(dst, `,"partitionsClaimed":`...)
 	dst = js.AppendInt(dst, int64(len(lr.Partitions)))
 	dst = append(dst, `,"messages":[`...)
@@ -145,16 +152,7 @@ func (s *Server) appendPop(dst []byte, lr *fsm.LeaseResult) ([]byte, *apiError) 
 	n := 0
 	for pi := range lr.Partitions {
 		lp := &lr.Partitions[pi]
-		shared = append(shared[:0], `,"queue":`...)
-		shared = js.AppendString(shared, lp.Queue)
-		shared = append(shared, `,"partition":`...)
-		shared = js.AppendString(shared, lp.Partition)
-		shared = append(shared, `,"partitionId":`...)
-		shared = appendUUID(shared, lp.PartitionID)
-		shared = append(shared, `,"leaseId":`...)
-		shared = js.AppendString(shared, lease)
-		shared = append(shared, `,"consumerGroup":`...)
-		shared = js.AppendString(shared, lr.Group)
+		shared = appendLeaseMembers(append(shared[:0], ','), lp, lease, lr.Group)
 		shared = append(shared, `,"data":`...)
 		for i := range lp.Messages {
 			m := &lp.Messages[i]
