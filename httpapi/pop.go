@@ -276,8 +276,7 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request) (delivered, 
 		writeError(w, &apiError{Status: 503, Code: codeUnknown, Message: "lost the leader's pop answer: " + err.Error()})
 		return false, true
 	}
-	w.Header().Set("Content-Type", "application/json")
-	writeBody(w, resp.StatusCode, b)
+	writeRawJSON(w, resp.StatusCode, b)
 	return resp.StatusCode == http.StatusOK, resp.StatusCode != http.StatusOK
 }
 

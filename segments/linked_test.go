@@ -298,12 +298,19 @@ func TestSealActiveMakesALinkedSnapshotCopyNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Below the threshold nothing moves.
+	// Below the threshold nothing moves, and nothing is committed.
+	committed := func() int {
+		var id int
+		view(t, s, func(tx *Tx) error { id = tx.tx.ID(); return nil })
+		return id
+	}
+	txid := committed()
 	if err := s.SealActive(s.blobs.activeLen + 1); err != nil {
 		t.Fatal(err)
 	}
-	if s.blobs.active != sealed {
-		t.Fatalf("SealActive below its threshold moved appends to file %d", s.blobs.active)
+	if s.blobs.active != sealed || committed() != txid {
+		t.Fatalf("SealActive below its threshold moved appends to file %d (was %d), transaction %d (was %d)",
+			s.blobs.active, sealed, committed(), txid)
 	}
 	if err := s.SealActive(s.blobs.activeLen); err != nil {
 		t.Fatal(err)

@@ -157,19 +157,24 @@ func (t *Tx) walkSegments(p *Partition, from uint64, fn func(first uint64, ref b
 		}
 	}
 	for i := 0; i < len(recent); i += recentEntry {
-		first, v := u64(recent[i:]), recent[i+8:i+recentEntry]
-		ref, err := decodeRef(v)
-		if err != nil {
-			return fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
-		}
-		if first+uint64(ref.Count) <= from {
-			continue
-		}
-		if more, err := fn(first, ref, v); err != nil || !more {
+		if more, err := visitSegment(p.ID, u64(recent[i:]), from, recent[i+8:i+recentEntry], fn); err != nil || !more {
 			return err
 		}
 	}
 	return nil
+}
+
+// visitSegment calls fn with the segment starting at first, whose reference
+// is v, unless it ends before from (then it reports more).
+func visitSegment(pid, first, from uint64, v []byte, fn func(first uint64, ref blobRef, v []byte) (bool, error)) (bool, error) {
+	ref, err := decodeRef(v)
+	if err != nil {
+		return false, fmt.Errorf("partition %d segment %d: %w", pid, first, err)
+	}
+	if first+uint64(ref.Count) <= from {
+		return true, nil
+	}
+	return fn(first, ref, v)
 }
 
 // walkBucketSegments is walkSegments over the segments bucket alone. It
@@ -187,15 +192,7 @@ func (t *Tx) walkBucketSegments(pid, from uint64, fn func(first uint64, ref blob
 		}
 	}
 	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-		first := u64(k[8:])
-		ref, err := decodeRef(v)
-		if err != nil {
-			return false, fmt.Errorf("partition %d segment %d: %w", pid, first, err)
-		}
-		if first+uint64(ref.Count) <= from {
-			continue
-		}
-		if more, err := fn(first, ref, v); err != nil || !more {
+		if more, err := visitSegment(pid, u64(k[8:]), from, v, fn); err != nil || !more {
 			return false, err
 		}
 	}

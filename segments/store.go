@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -330,8 +331,19 @@ func (s *Store) Update(fn func(*Tx) error) error { return s.update(0, fn) }
 // changes only the files bucket, which no apply reads and the digest skips,
 // so a node may do it whenever it likes, outside the log.
 func (s *Store) SealActive(min int64) error {
-	return s.update(max(min, 1), func(*Tx) error { return nil })
+	err := s.update(max(min, 1), func(t *Tx) error {
+		if t.w.created == nil {
+			return errNothingToSeal // below min: no commit at all
+		}
+		return nil
+	})
+	if errors.Is(err, errNothingToSeal) {
+		return nil
+	}
+	return err
 }
+
+var errNothingToSeal = errors.New("the active blob file is below the size to seal")
 
 func (s *Store) update(seal int64, fn func(*Tx) error) (err error) {
 	btx, err := s.db.Begin(true)
