@@ -231,14 +231,13 @@ func (a *applier) tryClaim(p *popState, q *segments.Queue, part *segments.Partit
 		retry = g.Retry
 	}
 	var (
-		n      uint32
-		last   uint64
-		msgs   []DeliveredMessage
-		arena  []byte // every payload of the claim, copied once
-		starts []int  // where each message's payload starts in arena
+		n    uint32
+		last uint64
+		msgs []DeliveredMessage
 	)
-	// The node answering the pop copies the messages; the others only
-	// need the claimed range. Both stop at the same message.
+	// The node answering the pop reads the messages; the others only need
+	// the claimed range. Both stop at the same message. Payloads alias
+	// their blobs, which stay as they are after the commit (Tx.Scan).
 	if a.full {
 		must(a.tx.Scan(part, start, func(sm *segments.StoredMessage) (bool, error) {
 			if sm.CreatedAt > e.visible || (e.before != 0 && sm.Offset >= e.before) {
@@ -246,12 +245,14 @@ func (a *applier) tryClaim(p *popState, q *segments.Queue, part *segments.Partit
 			}
 			n++
 			last = sm.Offset
+			if msgs == nil {
+				msgs = make([]DeliveredMessage, 0, min(p.remaining, 128))
+			}
 			msgs = append(msgs, DeliveredMessage{
 				ID: sm.ID, TxID: sm.TxID, TraceID: sm.TraceID, HasTrace: sm.HasTrace,
-				ProducerSub: sm.ProducerSub, Encrypted: sm.Encrypted, CreatedAt: sm.CreatedAt, RetryCount: retry,
+				ProducerSub: sm.ProducerSub, Payload: sm.Payload, Encrypted: sm.Encrypted,
+				CreatedAt: sm.CreatedAt, RetryCount: retry,
 			})
-			starts = append(starts, len(arena))
-			arena = append(arena, sm.Payload...)
 			return n < p.remaining, nil
 		}))
 	} else {
@@ -259,13 +260,6 @@ func (a *applier) tryClaim(p *popState, q *segments.Queue, part *segments.Partit
 	}
 	if n == 0 {
 		return false
-	}
-	for i := range msgs {
-		end := len(arena)
-		if i+1 < len(msgs) {
-			end = starts[i+1]
-		}
-		msgs[i].Payload = arena[starts[i]:end:end]
 	}
 
 	if g == nil {

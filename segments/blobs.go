@@ -165,8 +165,10 @@ type blobSet struct {
 	active    uint64
 	activeLen int64
 	dead      []uint64
-	// lastPending sizes the next transaction's buffer, which is fresh each
-	// time: results of a commit may alias it after the commit.
+	// lastPending is what the last transaction that appended anything
+	// appended: it sizes the next one's buffer. That buffer is fresh each
+	// time and never pooled: payloads scanned in a transaction alias it
+	// and are used after the commit (Tx.Scan).
 	lastPending int
 }
 
@@ -182,6 +184,9 @@ type blobTx struct {
 	active  uint64
 	base    int64
 	pending []byte
+	// hint sizes pending when the first segment is appended (pending stays
+	// nil in a transaction that appends nothing, such as a pop or an ack).
+	hint int
 	// live is the active file's live bytes with this transaction's appends
 	// and frees in it: kept here and written once by flush, not read and
 	// rewritten for every segment (over 10,000 partitions nearly every
@@ -231,7 +236,7 @@ func (s *blobSet) readPrefix(ref blobRef, n int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	buf := make([]byte, min(n, int(ref.Len)))
+	buf := make([]byte, min(n, int(ref.Len))) // never pooled: see Tx.Scan
 	if _, err := f.ReadAt(buf, ref.Pos); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = ErrCorrupt
@@ -293,7 +298,7 @@ func (s *blobSet) close() error {
 // appends to a new one; the file is created now but only registered if the
 // transaction commits.
 func (s *blobSet) begin(t *Tx, seal int64) error {
-	t.w = &blobTx{active: s.active, base: s.activeLen, pending: make([]byte, 0, s.lastPending)}
+	t.w = &blobTx{active: s.active, base: s.activeLen, hint: s.lastPending}
 	old, err := t.fileRec(s.active)
 	if err != nil {
 		return err
@@ -381,7 +386,9 @@ func (s *blobSet) commit(w *blobTx, dead []uint64) {
 		s.mu.Unlock()
 	}
 	s.active, s.activeLen = w.active, w.base+int64(len(w.pending))
-	s.lastPending = len(w.pending)
+	if len(w.pending) > 0 {
+		s.lastPending = len(w.pending)
+	}
 	s.dead = append(s.dead, dead...)
 	s.collect()
 }
@@ -415,8 +422,15 @@ func (t *Tx) dropFile(no uint64) error {
 // pending appends and accounts for it as live.
 func (t *Tx) appendSegmentBlob(createdAt int64, baseSeq uint64, msgs []Message) (blobRef, error) {
 	w := t.w
+	size := segmentSize(msgs)
+	if w.pending == nil {
+		// A quarter over the last transaction's appends: ids and payloads
+		// vary in length, and a buffer grown by one byte past its size is
+		// copied whole.
+		w.pending = make([]byte, 0, max(w.hint+w.hint/4, size))
+	}
 	start := len(w.pending)
-	w.pending = EncodeSegment(slices.Grow(w.pending, segmentSize(msgs)), createdAt, baseSeq, msgs)
+	w.pending = EncodeSegment(slices.Grow(w.pending, size), createdAt, baseSeq, msgs)
 	ref := blobRef{File: w.active, Pos: w.base + int64(start), Len: uint32(len(w.pending) - start),
 		CreatedAt: createdAt, Count: uint32(len(msgs))}
 	w.live += uint64(ref.Len)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -588,4 +589,63 @@ func TestActiveFileLiveBytesWithinATransaction(t *testing.T) {
 	})
 	checkAccounting(t, s)
 	wantScan(t, s, p.ID, "1:a")
+}
+
+// TestScannedPayloadsOutliveTheirTransaction holds Scan's promise that a
+// payload may be kept after its transaction: payloads scanned from a
+// transaction's own pending appends and from the file must read the same
+// after later transactions append to the same file, roll a savepoint back
+// over bytes appended after them, and commit.
+func TestScannedPayloadsOutliveTheirTransaction(t *testing.T) {
+	s := openStore(t)
+	kept := map[string][]byte{}
+	keep := func(tx *Tx, pid uint64, from string) {
+		p, err := tx.PartitionByID(pid)
+		if err != nil || p == nil {
+			t.Fatalf("partition %d: %v", pid, err)
+		}
+		must(t, tx.Scan(p, 0, func(sm *StoredMessage) (bool, error) {
+			kept[from+"/"+sm.TxID] = sm.Payload
+			return true, nil
+		}))
+	}
+	var pid uint64
+	update(t, s, func(tx *Tx) error {
+		p := newPartition(t, tx, "q", "p")
+		pid = p.ID
+		appendMsgs(t, tx, p, 10, "a", "b")
+		sp := tx.Savepoint()
+		appendMsgs(t, tx, p, 11, "dropped-one", "dropped-two")
+		must(t, tx.RollbackTo(sp))
+		appendMsgs(t, tx, p, 12, "c")
+		// After the last append, so that the payloads alias the buffer
+		// the commit writes, not one the buffer outgrew.
+		keep(tx, pid, "pending")
+		return nil
+	})
+	view(t, s, func(tx *Tx) error { keep(tx, pid, "file"); return nil })
+	for round := range 20 {
+		update(t, s, func(tx *Tx) error {
+			p, err := tx.PartitionByID(pid)
+			if err != nil {
+				return err
+			}
+			appendMsgs(t, tx, p, int64(20+round), fmt.Sprintf("later-%d-a-long-id", round), fmt.Sprintf("later-%d-b", round))
+			if round%3 == 0 {
+				sp := tx.Savepoint()
+				appendMsgs(t, tx, p, int64(20+round), "rolled-back")
+				return tx.RollbackTo(sp)
+			}
+			return nil
+		})
+	}
+	if len(kept) != 6 {
+		t.Fatalf("kept %d payloads, want a, b and c from the pending appends and from the file: %v", len(kept), kept)
+	}
+	for key, payload := range kept {
+		id := key[strings.IndexByte(key, '/')+1:]
+		if want := fmt.Sprintf("%q", id); string(payload) != want {
+			t.Errorf("payload of %s read %q after later transactions, want %q", id, payload, want)
+		}
+	}
 }

@@ -120,7 +120,7 @@ func DecodeSegmentHeader(b []byte) (SegmentHeader, error) {
 }
 
 // SegmentReader walks the messages of one blob. The slices it returns alias
-// the blob; copy them before the blob's transaction ends.
+// the blob (see Tx.Scan for how long a stored blob's bytes stay as they are).
 type SegmentReader struct {
 	Header SegmentHeader
 	b      []byte

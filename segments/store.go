@@ -951,9 +951,15 @@ type SegmentInfo struct {
 }
 
 // Scan walks the partition's messages from offset `from` onwards, in order,
-// calling fn with each message and its segment's header. The message's
-// slices alias a buffer of this transaction: copy what outlives it. fn
-// returns false to stop. Offsets deleted by retention are skipped silently.
+// calling fn with each message and its segment's header. fn returns false
+// to stop. Offsets deleted by retention are skipped silently.
+//
+// The message's Payload aliases its segment's blob, and a blob's bytes are
+// never written again once appended: a read gets a buffer of its own, and
+// a transaction's pending appends are a buffer no later transaction
+// touches (a savepoint rollback drops only bytes appended after it). So a
+// payload stays valid after the transaction ends, and a pop hands it to
+// the HTTP layer without a copy; it must not be modified.
 func (t *Tx) Scan(p *Partition, from uint64, fn func(*StoredMessage) (bool, error)) error {
 	var sm StoredMessage
 	return t.walkSegments(p, from, func(first uint64, ref blobRef, v []byte) (bool, error) {
