@@ -102,12 +102,12 @@ func (s *ackSession) cursor(p *segments.Partition) *groupCursor {
 		c.leaseAtStart = g.LeaseID
 		if g.Next <= g.LeaseLast {
 			c.leased = make(map[string]uint64, g.LeaseDelivered)
-			must(s.a.tx.Scan(p, g.Next, func(sm *segments.StoredMessage) (bool, error) {
-				if sm.Offset > g.LeaseLast {
+			must(s.a.tx.ScanTxIDs(p, g.Next, func(off uint64, txID []byte) (bool, error) {
+				if off > g.LeaseLast {
 					return false, nil
 				}
-				if _, dup := c.leased[sm.TxID]; !dup {
-					c.leased[sm.TxID] = sm.Offset
+				if _, dup := c.leased[string(txID)]; !dup {
+					c.leased[string(txID)] = off
 				}
 				return true, nil
 			}))

@@ -232,18 +232,26 @@ func (s *blobSet) read(ref blobRef) ([]byte, error) {
 // readPrefix returns the first n bytes (at most the whole) of the blob ref
 // points to, in a fresh buffer.
 func (s *blobSet) readPrefix(ref blobRef, n int) ([]byte, error) {
-	f, err := s.handle(ref.File)
-	if err != nil {
+	buf := make([]byte, min(n, int(ref.Len))) // never pooled: see Tx.Scan
+	if err := s.readInto(ref, buf); err != nil {
 		return nil, err
 	}
-	buf := make([]byte, min(n, int(ref.Len))) // never pooled: see Tx.Scan
+	return buf, nil
+}
+
+// readInto fills buf with the first len(buf) bytes of the blob ref points to.
+func (s *blobSet) readInto(ref blobRef, buf []byte) error {
+	f, err := s.handle(ref.File)
+	if err != nil {
+		return err
+	}
 	if _, err := f.ReadAt(buf, ref.Pos); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = ErrCorrupt
 		}
-		return nil, fmt.Errorf("read blob file %d at %d+%d: %w", ref.File, ref.Pos, ref.Len, err)
+		return fmt.Errorf("read blob file %d at %d+%d: %w", ref.File, ref.Pos, ref.Len, err)
 	}
-	return buf, nil
+	return nil
 }
 
 // collect unlinks the files found dead by earlier commits, if no read
@@ -470,6 +478,23 @@ func (t *Tx) segmentBlob(v []byte) (blobRef, []byte, error) {
 	}
 	blob, err := t.blobPrefix(ref, int(ref.Len))
 	return ref, blob, err
+}
+
+// scratchBlob is the blob ref points to: the transaction's pending appends
+// or, read from its file, the transaction's scratch buffer, which the next
+// call overwrites.
+func (t *Tx) scratchBlob(ref blobRef) ([]byte, error) {
+	if w := t.w; w != nil && ref.File == w.active && ref.Pos >= w.base {
+		return t.blobPrefix(ref, int(ref.Len))
+	}
+	if cap(t.scratch) < int(ref.Len) {
+		t.scratch = make([]byte, ref.Len)
+	}
+	t.scratch = t.scratch[:ref.Len]
+	if err := t.store.blobs.readInto(ref, t.scratch); err != nil {
+		return nil, err
+	}
+	return t.scratch, nil
 }
 
 // segmentHeader reads only the fixed header of the segment ref points to.

@@ -129,16 +129,55 @@ type SegmentReader struct {
 
 // NewSegmentReader validates the header of b.
 func NewSegmentReader(b []byte) (*SegmentReader, error) {
-	h, err := DecodeSegmentHeader(b)
-	if err != nil {
+	r := new(SegmentReader)
+	if err := r.reset(b); err != nil {
 		return nil, err
 	}
-	return &SegmentReader{Header: h, b: b[segmentHeader:]}, nil
+	return r, nil
+}
+
+// reset points r at the start of blob b, validating its header.
+func (r *SegmentReader) reset(b []byte) error {
+	h, err := DecodeSegmentHeader(b)
+	if err != nil {
+		return err
+	}
+	*r = SegmentReader{Header: h, b: b[segmentHeader:]}
+	return nil
 }
 
 // Next decodes the next message into m and returns its index in the segment,
 // or ok=false at the end. A malformed blob yields ErrCorrupt.
 func (r *SegmentReader) Next(m *Message) (idx uint32, ok bool, err error) {
+	var f rawMessage
+	if idx, ok, err = r.next(&f); !ok || err != nil {
+		return idx, ok, err
+	}
+	m.TxID = string(f.txID)
+	m.HasTrace = f.flags&flagTrace != 0
+	m.TraceID = [16]byte{}
+	copy(m.TraceID[:], f.trace)
+	m.ProducerSub = string(f.sub)
+	m.Payload = f.payload
+	m.Encrypted = f.flags&flagEncrypted != 0
+	return idx, true, nil
+}
+
+// NextTxID is Next for a walk that needs only transaction ids: the id
+// aliases the blob and nothing is allocated.
+func (r *SegmentReader) NextTxID() (idx uint32, txID []byte, ok bool, err error) {
+	var f rawMessage
+	idx, ok, err = r.next(&f)
+	return idx, f.txID, ok, err
+}
+
+// rawMessage is one encoded message's fields, aliasing the blob.
+type rawMessage struct {
+	flags                     byte
+	txID, trace, sub, payload []byte
+}
+
+func (r *SegmentReader) next(f *rawMessage) (idx uint32, ok bool, err error) {
 	if r.i >= r.Header.Count {
 		if len(r.b) != 0 {
 			return 0, false, fmt.Errorf("segment: %d trailing bytes: %w", len(r.b), ErrCorrupt)
@@ -149,36 +188,28 @@ func (r *SegmentReader) Next(m *Message) (idx uint32, ok bool, err error) {
 	if len(b) < 1 {
 		return 0, false, fmt.Errorf("segment: truncated message %d: %w", r.i, ErrCorrupt)
 	}
-	flags := b[0]
-	if flags&^(flagEncrypted|flagTrace|flagSub) != 0 {
-		return 0, false, fmt.Errorf("segment: unknown flags %#x: %w", flags, ErrCorrupt)
+	f.flags = b[0]
+	if f.flags&^(flagEncrypted|flagTrace|flagSub) != 0 {
+		return 0, false, fmt.Errorf("segment: unknown flags %#x: %w", f.flags, ErrCorrupt)
 	}
 	b = b[1:]
-	var field []byte
-	if field, b, err = readBytes(b); err != nil {
+	if f.txID, b, err = readBytes(b); err != nil {
 		return 0, false, err
 	}
-	m.TxID = string(field)
-	m.HasTrace = flags&flagTrace != 0
-	m.TraceID = [16]byte{}
-	if m.HasTrace {
+	if f.flags&flagTrace != 0 {
 		if len(b) < 16 {
 			return 0, false, fmt.Errorf("segment: truncated trace id: %w", ErrCorrupt)
 		}
-		copy(m.TraceID[:], b[:16])
-		b = b[16:]
+		f.trace, b = b[:16], b[16:]
 	}
-	m.ProducerSub = ""
-	if flags&flagSub != 0 {
-		if field, b, err = readBytes(b); err != nil {
+	if f.flags&flagSub != 0 {
+		if f.sub, b, err = readBytes(b); err != nil {
 			return 0, false, err
 		}
-		m.ProducerSub = string(field)
 	}
-	if m.Payload, b, err = readBytes(b); err != nil {
+	if f.payload, b, err = readBytes(b); err != nil {
 		return 0, false, err
 	}
-	m.Encrypted = flags&flagEncrypted != 0
 	r.b = b
 	idx = r.i
 	r.i++

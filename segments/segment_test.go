@@ -129,9 +129,13 @@ func TestSegmentReaderRejectsCorruption(t *testing.T) {
 			}
 			continue
 		}
+		ids, _ := NewSegmentReader(b)
 		var m Message
 		for i := 0; ; i++ {
 			_, ok, err := r.Next(&m)
+			if _, _, _, idErr := ids.NextTxID(); (idErr == nil) != (err == nil) {
+				t.Errorf("%s: NextTxID error %v where Next's is %v", name, idErr, err)
+			}
 			if err != nil {
 				if !errors.Is(err, ErrCorrupt) {
 					t.Errorf("%s: error %v", name, err)
@@ -192,10 +196,15 @@ func FuzzSegmentReader(f *testing.F) {
 			}
 			return
 		}
+		ids, _ := NewSegmentReader(b) // NextTxID walks in step with Next
 		var msgs []Message
 		for {
 			var m Message
 			idx, ok, err := r.Next(&m)
+			idIdx, id, idOK, idErr := ids.NextTxID()
+			if idIdx != idx || idOK != ok || (idErr == nil) != (err == nil) || (ok && string(id) != m.TxID) {
+				t.Fatalf("NextTxID gave %d %q %v %v where Next gave %d %q %v %v", idIdx, id, idOK, idErr, idx, m.TxID, ok, err)
+			}
 			if err != nil {
 				if !errors.Is(err, ErrCorrupt) {
 					t.Fatalf("error %v", err)

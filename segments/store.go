@@ -498,6 +498,10 @@ type Tx struct {
 	// (scratchKey8, value).
 	keyBuf []byte
 	slab   []byte
+	// scratch holds the blob a ScanTxIDs step reads from a file, reused
+	// from segment to segment (Scan's blobs are never reused: they are
+	// handed out).
+	scratch []byte
 }
 
 type undoRec struct {
@@ -988,6 +992,38 @@ func (t *Tx) Scan(p *Partition, from uint64, fn func(*StoredMessage) (bool, erro
 			sm.ID = MessageID(r.Header.CreatedAt, r.Header.BaseSeq+uint64(idx))
 			if more, err := fn(&sm); err != nil || !more {
 				return false, err
+			}
+		}
+	})
+}
+
+// ScanTxIDs walks the transaction ids of the partition's messages from
+// offset `from` onwards, in order, until fn returns false: Scan for a caller
+// that needs nothing else (an ack resolving the ids of a leased batch, on
+// every node). txID aliases a buffer the transaction reuses for the next
+// segment: it is valid only during the call.
+func (t *Tx) ScanTxIDs(p *Partition, from uint64, fn func(off uint64, txID []byte) (bool, error)) error {
+	var r SegmentReader
+	return t.walkSegments(p, from, func(first uint64, ref blobRef, _ []byte) (bool, error) {
+		blob, err := t.scratchBlob(ref)
+		if err == nil {
+			err = r.reset(blob)
+		}
+		if err != nil {
+			return false, fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
+		}
+		for {
+			idx, txID, ok, err := r.NextTxID()
+			if err != nil {
+				return false, fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
+			}
+			if !ok {
+				return true, nil
+			}
+			if off := first + uint64(idx); off >= from {
+				if more, err := fn(off, txID); err != nil || !more {
+					return false, err
+				}
 			}
 		}
 	})

@@ -102,6 +102,19 @@ func scan(t *testing.T, tx *Tx, pid, from uint64) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// ScanTxIDs must walk the same ids at the same offsets, from the
+	// pending appends and from the files alike.
+	var ids []string
+	err = tx.ScanTxIDs(p, from, func(off uint64, txID []byte) (bool, error) {
+		ids = append(ids, fmt.Sprintf("%d:%s", off, txID))
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ids, out) {
+		t.Fatalf("ScanTxIDs of partition %d from %d walked %v, Scan %v", pid, from, ids, out)
+	}
 	return out
 }
 
@@ -573,3 +586,48 @@ func must(t *testing.T, err error) {
 }
 
 func writeFile(path string, b []byte) error { return os.WriteFile(path, b, 0o600) }
+
+// TestScanTxIDsStopsAndReusesItsBuffer: ScanTxIDs stops where fn says, passes
+// fn's error on, and reads segments of different sizes through one buffer
+// without one segment's bytes showing through another's.
+func TestScanTxIDsStopsAndReusesItsBuffer(t *testing.T) {
+	s := openStore(t)
+	var pid uint64
+	update(t, s, func(tx *Tx) error {
+		p := newPartition(t, tx, "q", "p")
+		pid = p.ID
+		appendMsgs(t, tx, p, 10, "a-rather-long-transaction-id", "b-another-long-one")
+		return nil
+	})
+	update(t, s, func(tx *Tx) error {
+		p, err := tx.PartitionByID(pid)
+		if err != nil {
+			return err
+		}
+		appendMsgs(t, tx, p, 11, "c")
+		appendMsgs(t, tx, p, 12, "d-long-again-and-longer", "e")
+		return nil
+	})
+	view(t, s, func(tx *Tx) error {
+		if got := scan(t, tx, pid, 0); !slices.Equal(got, []string{"1:a-rather-long-transaction-id", "2:b-another-long-one", "3:c", "4:d-long-again-and-longer", "5:e"}) {
+			t.Fatalf("walked %v", got)
+		}
+		p, err := tx.PartitionByID(pid)
+		if err != nil {
+			return err
+		}
+		var seen []uint64
+		must(t, tx.ScanTxIDs(p, 2, func(off uint64, _ []byte) (bool, error) {
+			seen = append(seen, off)
+			return off < 3, nil
+		}))
+		if !slices.Equal(seen, []uint64{2, 3}) {
+			t.Fatalf("stopped after %v, want 2 and 3", seen)
+		}
+		stop := errors.New("stop")
+		if err := tx.ScanTxIDs(p, 0, func(uint64, []byte) (bool, error) { return true, stop }); !errors.Is(err, stop) {
+			t.Fatalf("fn's error came back as %v", err)
+		}
+		return nil
+	})
+}
