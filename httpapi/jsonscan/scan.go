@@ -13,6 +13,7 @@ package jsonscan
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -149,8 +150,12 @@ func skipString(b []byte, i int) (int, error) {
 	i++
 	ascii := true
 	for i < len(b) {
-		// Plain ASCII is most of any string: step over it with one table
-		// lookup per byte before looking at what ends the run.
+		// Plain ASCII is most of any string: step over it eight bytes at a
+		// time while no byte of the word can end the run, then with one
+		// table lookup per byte before looking at what ends it.
+		for i+8 <= len(b) && !mayEndRun(binary.LittleEndian.Uint64(b[i:])) {
+			i += 8
+		}
 		for i < len(b) && plainASCII[b[i]] {
 			i++
 		}
@@ -189,6 +194,24 @@ func skipString(b []byte, i int) (int, error) {
 		}
 	}
 	return start, syntaxErr(i, "unterminated string")
+}
+
+// mayEndRun reports whether any of the eight bytes in x is not plain ASCII
+// (a control character, the quote, the backslash, or a byte of a multi-byte
+// UTF-8 sequence). It may report true for a word of plain bytes that
+// follows such a byte in the word (a borrow carries), never false for a
+// word holding one: a true only sends the caller to the byte loop.
+func mayEndRun(x uint64) bool {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	below := (x - 0x20*ones) & ^x & highs // some byte < 0x20 (or >= 0x80)
+	q := x ^ '"'*ones
+	quote := (q - ones) & ^q & highs
+	bs := x ^ '\\'*ones
+	backslash := (bs - ones) & ^bs & highs
+	return below|quote|backslash|x&highs != 0
 }
 
 // plainASCII marks the bytes a string may hold as they are: printable

@@ -2,6 +2,7 @@ package jsonscan
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -104,7 +105,11 @@ func FuzzTrustedWalkersOnGarbage(f *testing.F) {
 
 func FuzzScanner(f *testing.F) {
 	for _, s := range []string{`{"items":[{"queue":"q","payload":{"a":[1,2.5e3,"x"]}}]}`, `[1,"2",null,true]`,
-		`"\u00e9"`, `{"a":{"b":{}}}`, `-0.0e-0`, "\"\xff\"", `{"a":1,"a":2}`} {
+		`"\u00e9"`, `{"a":{"b":{}}}`, `-0.0e-0`, "\"\xff\"", `{"a":1,"a":2}`,
+		// Strings long enough for the eight-byte step, with what ends a run
+		// at and across word boundaries.
+		`"0123456789abcdef0123"`, `"01234567\"89abcdef"`, `"0123456789a\\bcdef"`, "\"0123456789\x01abcdef\"",
+		"\"01234567é89abcdefgh\"", "\"0123456789abcde\xffgh\"", "\"0123456\xe2\x82\xac789abcdef\""} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -171,4 +176,23 @@ func FuzzScanner(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestMayEndRun puts every byte value at every position of a word of plain
+// letters: the word test must flag exactly the bytes the table does not
+// call plain (with one such byte there is no borrow to flag a neighbour).
+func TestMayEndRun(t *testing.T) {
+	for pos := range 8 {
+		for c := range 256 {
+			w := []byte("aaaaaaaa")
+			w[pos] = byte(c)
+			x := binary.LittleEndian.Uint64(w)
+			if got, want := mayEndRun(x), !plainASCII[c]; got != want {
+				t.Fatalf("byte %#x at %d: mayEndRun %v, want %v", c, pos, got, want)
+			}
+		}
+	}
+	if mayEndRun(binary.LittleEndian.Uint64([]byte("plain ok"))) {
+		t.Fatal("a word of plain ASCII flagged")
+	}
 }
