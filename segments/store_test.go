@@ -84,6 +84,20 @@ func appendMsgs(t *testing.T, tx *Tx, p *Partition, createdAt int64, txids ...st
 	return first
 }
 
+// seedPartition commits queue q's partition p holding one segment of
+// messages with the given transaction ids, and returns its id.
+func seedPartition(t *testing.T, s *Store, createdAt int64, txids ...string) uint64 {
+	t.Helper()
+	var pid uint64
+	update(t, s, func(tx *Tx) error {
+		p := newPartition(t, tx, "q", "p")
+		pid = p.ID
+		appendMsgs(t, tx, p, createdAt, txids...)
+		return nil
+	})
+	return pid
+}
+
 // scan lists "offset:txid" from an offset.
 func scan(t *testing.T, tx *Tx, pid, from uint64) []string {
 	t.Helper()
@@ -592,13 +606,7 @@ func writeFile(path string, b []byte) error { return os.WriteFile(path, b, 0o600
 // without one segment's bytes showing through another's.
 func TestScanTxIDsStopsAndReusesItsBuffer(t *testing.T) {
 	s := openStore(t)
-	var pid uint64
-	update(t, s, func(tx *Tx) error {
-		p := newPartition(t, tx, "q", "p")
-		pid = p.ID
-		appendMsgs(t, tx, p, 10, "a-rather-long-transaction-id", "b-another-long-one")
-		return nil
-	})
+	pid := seedPartition(t, s, 10, "a-rather-long-transaction-id", "b-another-long-one")
 	update(t, s, func(tx *Tx) error {
 		p, err := tx.PartitionByID(pid)
 		if err != nil {
