@@ -22,6 +22,7 @@ type pushTarget struct {
 	part  *segments.Partition
 	msgs  []segments.Message
 	items []int // result index of each queued message
+	n     int   // queued messages, counted before msgs is filled
 }
 
 // push stores items as one atomic step: every partition touched gets one
@@ -38,8 +39,12 @@ func (a *applier) pushAs(items []PushItem, principal string) ([]PushItemResult, 
 		name string
 	}
 	index := make(map[partKey]int)
-	var targets []*pushTarget
-	var dups [][2]int // (result index, earlier result index in this request)
+	// targets is appended to while items are classified: take &targets[i]
+	// only for the item at hand. Over many partitions nearly every item is
+	// a target of its own, so each allocation saved here is one a message.
+	targets := make([]pushTarget, 0, min(len(items), 256))
+	queuedTo := make([]int32, len(items)) // each item's target, -1 when not queued
+	var dups [][2]int                     // (result index, earlier result index in this request)
 	// seen finds a transaction id repeated inside the request (queued
 	// items are not in the index yet): one map for the whole request,
 	// made on first use at its final size.
@@ -85,9 +90,10 @@ func (a *applier) pushAs(items []PushItem, principal string) ([]PushItemResult, 
 		if !ok {
 			ti = len(targets)
 			index[k] = ti
-			targets = append(targets, &pushTarget{queue: q, part: a.partitionForPush(q, it.Partition)})
+			targets = append(targets, pushTarget{queue: q, part: a.partitionForPush(q, it.Partition)})
 		}
-		t := targets[ti]
+		t := &targets[ti]
+		queuedTo[i] = -1
 		results[i].PartitionID = t.part.UUID
 		if window := q.Options.DedupWindowSeconds; window > 0 {
 			sk := seenKey{ti, it.TxID}
@@ -107,6 +113,27 @@ func (a *applier) pushAs(items []PushItem, principal string) ([]PushItemResult, 
 			seen[sk] = i
 		}
 		results[i].Status = PushQueued
+		queuedTo[i] = int32(ti)
+		t.n++
+	}
+	// Each target's messages and result indexes are windows of two arrays
+	// of the request, filled in request order.
+	queued := 0
+	for ti := range targets {
+		queued += targets[ti].n
+	}
+	msgs, idx := make([]segments.Message, queued), make([]int, queued)
+	off := 0
+	for ti := range targets {
+		t := &targets[ti]
+		t.msgs, t.items = msgs[off:off:off+t.n], idx[off:off:off+t.n]
+		off += t.n
+	}
+	for i := range items {
+		if queuedTo[i] < 0 {
+			continue
+		}
+		it, t := &items[i], &targets[queuedTo[i]]
 		t.msgs = append(t.msgs, segments.Message{
 			TxID: it.TxID, TraceID: it.TraceID, HasTrace: it.HasTrace,
 			ProducerSub: it.ProducerSub, Payload: it.Payload, Encrypted: it.Encrypted,
@@ -121,18 +148,26 @@ func (a *applier) pushAs(items []PushItem, principal string) ([]PushItemResult, 
 		a.tx.Release(sp)
 	}
 
-	for _, t := range targets {
+	// One reservation of ids for the request, handed out to the targets in
+	// order: the same ids, and the same stored counter, as one reservation
+	// per target, without a write of the counter per target.
+	var base uint64
+	if queued > 0 {
+		base = must1(a.tx.ReserveIDs(uint64(queued)))
+	}
+	for ti := range targets {
+		t := &targets[ti]
 		if len(t.msgs) == 0 {
 			continue
 		}
 		n := uint64(len(t.msgs))
-		base := must1(a.tx.ReserveIDs(n))
 		must1(a.tx.AppendSegment(t.part, a.now, base, t.msgs))
 		markWindow(t.part, t.queue.Options.WindowBuffer, a.now, t.part.NextOffset-n, n)
 		must(a.tx.PutPartition(t.part))
 		for k, ri := range t.items {
 			results[ri].MessageID = segments.MessageID(a.now, base+uint64(k))
 		}
+		base += n
 		a.events.touch(t.queue.Name)
 	}
 	for _, d := range dups {
@@ -143,10 +178,11 @@ func (a *applier) pushAs(items []PushItem, principal string) ([]PushItemResult, 
 
 // checkPushCapacity checks the bounded queues of a push against what the
 // request queues for each (duplicates excluded), in queue-name order.
-func (a *applier) checkPushCapacity(queues map[string]*segments.Queue, targets []*pushTarget) *Refusal {
+func (a *applier) checkPushCapacity(queues map[string]*segments.Queue, targets []pushTarget) *Refusal {
 	type load struct{ n, size uint64 }
 	loads := make(map[string]*load)
-	for _, t := range targets {
+	for ti := range targets {
+		t := &targets[ti]
 		if t.queue.OJS == nil || t.queue.OJS.Gate&segments.GateCapacity == 0 {
 			continue
 		}
