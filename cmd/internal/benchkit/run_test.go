@@ -16,15 +16,18 @@ type fakeBroker struct {
 	seen       map[string]bool
 	pending    [][]string // per group
 	pushes     int
-	failEvery  int  // every Nth push fails after applying (an unknown outcome)
-	failAck    bool // the first ack of each group refuses its first item
+	failEvery  int             // every Nth push fails after applying (an unknown outcome), a batch at most once
+	failAll    bool            // every push fails, retries too
+	failedOnce map[string]bool // batches (by first transaction id) failed already
+	failAck    bool            // the first ack of each group refuses its first item
 	ackFailed  map[int]bool
 	dupDeliver bool // deliver the first message of group 0 twice (a broker bug)
 	fatalPush  bool
 }
 
 func newFakeBroker(groups int) *fakeBroker {
-	return &fakeBroker{seen: map[string]bool{}, pending: make([][]string, groups), ackFailed: map[int]bool{}}
+	return &fakeBroker{seen: map[string]bool{}, pending: make([][]string, groups), ackFailed: map[int]bool{},
+		failedOnce: map[string]bool{}}
 }
 
 func (b *fakeBroker) Producer(int) (Producer, error)      { return fakeProducer{b}, nil }
@@ -56,7 +59,12 @@ func (p fakeProducer) Push(_ context.Context, items []Item) (int, error) {
 			}
 		}
 	}
-	if b.failEvery > 0 && b.pushes%b.failEvery == 0 {
+	// A retried batch is not failed again: with failures counted across
+	// producers, one producer's retries could otherwise each land on a
+	// failing count and use up its attempts, depending on how the two
+	// producers interleave.
+	if b.failAll || b.failEvery > 0 && b.pushes%b.failEvery == 0 && !b.failedOnce[items[0].TxnID] {
+		b.failedOnce[items[0].TxnID] = true
 		return 0, errors.New("503 unknown outcome")
 	}
 	return dupes, nil
@@ -163,7 +171,7 @@ func TestRunGivesUpAndFatal(t *testing.T) {
 	c := testConfig(ModeBoth, 100, 1, 1)
 	c.Retries, c.IdleTimeout = 2, 200*time.Millisecond
 	b := newFakeBroker(1)
-	b.failEvery = 1 // every push fails (after applying)
+	b.failAll = true // every push fails (after applying)
 	rep := runFake(t, c, b)
 	if rep.OK || rep.Errors.PushGivenUp != 1 || len(rep.Problems) == 0 {
 		t.Fatalf("give-up: %+v", rep)
