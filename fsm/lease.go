@@ -246,6 +246,8 @@ func (a *applier) tryClaim(p *popState, q *segments.Queue, part *segments.Partit
 			n++
 			last = sm.Offset
 			if msgs == nil {
+				// Room for the batch, up to 128: a batch may ask for
+				// 10,000 from a partition that holds a few.
 				msgs = make([]DeliveredMessage, 0, min(p.remaining, 128))
 			}
 			msgs = append(msgs, DeliveredMessage{

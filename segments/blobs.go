@@ -191,10 +191,14 @@ type blobTx struct {
 	// and frees in it: kept here and written once by flush, not read and
 	// rewritten for every segment (over 10,000 partitions nearly every
 	// message is a segment of its own).
-	live    uint64
-	marks   []blobMark // state at each open savepoint
-	freed   []uint64   // files whose record this transaction removed (maybe rolled back)
-	created *os.File   // the file a rollover opened, registered on commit
+	live uint64
+	// liveAtBegin is live as begin found it: only begin and flush write
+	// the active file's record, so flush knows without reading it again
+	// whether there is anything to write.
+	liveAtBegin uint64
+	marks       []blobMark // state at each open savepoint
+	freed       []uint64   // files whose record this transaction removed (maybe rolled back)
+	created     *os.File   // the file a rollover opened, registered on commit
 }
 
 func (s *blobSet) handle(no uint64) (*os.File, error) {
@@ -312,7 +316,7 @@ func (s *blobSet) begin(t *Tx, seal int64) error {
 		return err
 	}
 	if s.activeLen < s.fileSize && (seal <= 0 || s.activeLen < seal) {
-		t.w.live = old.Live
+		t.w.live, t.w.liveAtBegin = old.Live, old.Live
 		return nil
 	}
 	if old.Live == 0 {
@@ -366,12 +370,8 @@ func (s *blobSet) flush(t *Tx) (dead []uint64, err error) {
 			}
 		}
 	}
-	r, err := t.fileRec(w.active)
-	if err != nil {
-		return nil, err
-	}
-	if len(w.pending) > 0 || r.Live != w.live {
-		r.Len, r.Live = uint64(w.base)+uint64(len(w.pending)), w.live
+	if len(w.pending) > 0 || w.live != w.liveAtBegin {
+		r := fileRec{Len: uint64(w.base) + uint64(len(w.pending)), Live: w.live}
 		if err := t.put(bFiles, fileKey(w.active), r.encode()); err != nil {
 			return nil, err
 		}
@@ -484,8 +484,8 @@ func (t *Tx) segmentBlob(v []byte) (blobRef, []byte, error) {
 // or, read from its file, the transaction's scratch buffer, which the next
 // call overwrites.
 func (t *Tx) scratchBlob(ref blobRef) ([]byte, error) {
-	if w := t.w; w != nil && ref.File == w.active && ref.Pos >= w.base {
-		return t.blobPrefix(ref, int(ref.Len))
+	if b, ok, err := t.pendingBlob(ref, int(ref.Len)); ok {
+		return b, err
 	}
 	if cap(t.scratch) < int(ref.Len) {
 		t.scratch = make([]byte, ref.Len)
@@ -509,15 +509,25 @@ func (t *Tx) segmentHeader(ref blobRef) (SegmentHeader, error) {
 // blobPrefix is the first n bytes (at most all) of the blob ref points to:
 // from this transaction's pending appends, or read from its file.
 func (t *Tx) blobPrefix(ref blobRef, n int) ([]byte, error) {
-	if w := t.w; w != nil && ref.File == w.active && ref.Pos >= w.base {
-		off := ref.Pos - w.base
-		if off+int64(ref.Len) > int64(len(w.pending)) {
-			return nil, fmt.Errorf("segment reference past the pending appends: %w", ErrCorrupt)
-		}
-		end := off + int64(min(n, int(ref.Len)))
-		return w.pending[off:end:end], nil
+	if b, ok, err := t.pendingBlob(ref, n); ok {
+		return b, err
 	}
 	return t.store.blobs.readPrefix(ref, n)
+}
+
+// pendingBlob is the first n bytes (at most all) of the blob ref points to
+// when this transaction appended it (ok), aliasing the pending appends.
+func (t *Tx) pendingBlob(ref blobRef, n int) (b []byte, ok bool, err error) {
+	w := t.w
+	if w == nil || ref.File != w.active || ref.Pos < w.base {
+		return nil, false, nil
+	}
+	off := ref.Pos - w.base
+	if off+int64(ref.Len) > int64(len(w.pending)) {
+		return nil, true, fmt.Errorf("segment reference past the pending appends: %w", ErrCorrupt)
+	}
+	end := off + int64(min(n, int(ref.Len)))
+	return w.pending[off:end:end], true, nil
 }
 
 // SyncDir fsyncs a directory, making the names created or renamed in it

@@ -966,8 +966,8 @@ type SegmentInfo struct {
 // the HTTP layer without a copy; it must not be modified.
 func (t *Tx) Scan(p *Partition, from uint64, fn func(*StoredMessage) (bool, error)) error {
 	var sm StoredMessage
-	return t.walkSegments(p, from, func(first uint64, ref blobRef, v []byte) (bool, error) {
-		_, blob, err := t.segmentBlob(v)
+	return t.walkSegments(p, from, func(first uint64, ref blobRef, _ []byte) (bool, error) {
+		blob, err := t.blobPrefix(ref, int(ref.Len))
 		if err != nil {
 			return false, fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
 		}
