@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -209,7 +210,7 @@ func (d *crownBench) base() string {
 func (d *crownBench) preflight(ctx context.Context) error {
 	var failures []string
 	for _, u := range d.urls {
-		status, body, err := d.do(ctx, http.MethodGet, u+"/health", nil)
+		status, body, err := d.do(ctx, http.MethodGet, u+"/health", nil, nil)
 		if err == nil && status == http.StatusOK {
 			return nil
 		}
@@ -222,8 +223,10 @@ func (d *crownBench) preflight(ctx context.Context) error {
 }
 
 // do sends one request and reads the whole answer (so that the connection
-// is reused).
-func (d *crownBench) do(ctx context.Context, method, u string, body []byte) (int, []byte, error) {
+// is reused) into answer's storage, which each producer and consumer keeps:
+// a consumer reads a 60 KB pop answer many times a second, and io.ReadAll
+// would grow a fresh buffer from 512 bytes for each.
+func (d *crownBench) do(ctx context.Context, method, u string, body []byte, answer *[]byte) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -240,11 +243,40 @@ func (d *crownBench) do(ctx context.Context, method, u string, body []byte) (int
 		return 0, nil, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	var b []byte
+	if answer != nil {
+		b = (*answer)[:0]
+	}
+	b, err = readAnswer(b, resp.Body, resp.ContentLength)
+	if answer != nil {
+		*answer = b
+	}
 	if err != nil {
 		return 0, nil, fmt.Errorf("%s %s: read answer: %w", method, u, err)
 	}
 	return resp.StatusCode, b, nil
+}
+
+// readAnswer appends at most maxAnswer bytes of r to b, growing b once to
+// the length the server stated (-1 when it stated none).
+func readAnswer(b []byte, r io.Reader, length int64) ([]byte, error) {
+	if length > 0 {
+		b = slices.Grow(b, int(min(length, maxAnswer)))
+	}
+	r = io.LimitReader(r, maxAnswer)
+	for {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, 4096)
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
 }
 
 // statusError turns an unexpected status into an error: a 4xx is fatal
@@ -286,8 +318,9 @@ func (d *crownBench) Consumer(g, c int) (benchkit.Consumer, error) {
 }
 
 type crownProducer struct {
-	d    *crownBench
-	body []byte
+	d      *crownBench
+	body   []byte // the last push request, reused
+	answer []byte // the last answer, its storage reused
 }
 
 func (p *crownProducer) Close() {}
@@ -313,7 +346,7 @@ func (p *crownProducer) Push(ctx context.Context, items []benchkit.Item) (int, e
 	b = append(b, "]}"...)
 	p.body = b
 	u := p.d.base() + "/api/v1/push"
-	status, body, err := p.d.do(ctx, http.MethodPost, u, b)
+	status, body, err := p.d.do(ctx, http.MethodPost, u, b, &p.answer)
 	if err != nil {
 		return 0, err
 	}
@@ -341,12 +374,13 @@ func (p *crownProducer) Push(ctx context.Context, items []benchkit.Item) (int, e
 }
 
 type crownConsumer struct {
-	d     *crownBench
-	group string   // "" in queue mode
-	paths []string // one per queue this consumer reads
-	queue int      // index in paths
-	empty int      // empty answers in a row
-	body  []byte   // the last ack request, reused
+	d      *crownBench
+	group  string   // "" in queue mode
+	paths  []string // one per queue this consumer reads
+	queue  int      // index in paths
+	empty  int      // empty answers in a row
+	body   []byte   // the last ack request, reused
+	answer []byte   // the last answer, its storage reused
 }
 
 type crownHandle struct{ partitionID, leaseID string }
@@ -360,7 +394,7 @@ func (c *crownConsumer) Pop(ctx context.Context) ([]benchkit.Delivery, error) {
 	for {
 		wait := len(c.paths) == 1 || c.empty >= len(c.paths)
 		u := c.d.base() + c.paths[c.queue] + "&wait=" + strconv.FormatBool(wait)
-		status, body, err := c.d.do(ctx, http.MethodGet, u, nil)
+		status, body, err := c.d.do(ctx, http.MethodGet, u, nil, &c.answer)
 		if err != nil {
 			return nil, err
 		}
@@ -378,7 +412,7 @@ func (c *crownConsumer) Pop(ctx context.Context) ([]benchkit.Delivery, error) {
 		default:
 			return nil, statusError(status, u, body)
 		}
-		ds, err := popDeliveries(body)
+		ds, err := popDeliveries(body, c.d.cfg.PopBatch)
 		if err != nil {
 			return nil, fmt.Errorf("GET %s: answer: %w", u, err)
 		}
@@ -390,7 +424,7 @@ func (c *crownConsumer) Ack(ctx context.Context, ds []benchkit.Delivery) ([]bool
 	b := appendAckBatch(c.body[:0], c.group, ds)
 	c.body = b
 	u := c.d.base() + "/api/v1/ack/batch"
-	status, body, err := c.d.do(ctx, http.MethodPost, u, b)
+	status, body, err := c.d.do(ctx, http.MethodPost, u, b, &c.answer)
 	if err != nil {
 		return nil, err
 	}

@@ -25,7 +25,7 @@ func pushResults(body []byte) ([]pushResult, error) {
 		return members(elem, func(key, val []byte) error {
 			switch string(key) {
 			case "status":
-				r.Status = str(val)
+				r.Status = pushStatus(val)
 			case "error":
 				r.Error = str(val)
 			}
@@ -33,6 +33,17 @@ func pushResults(body []byte) ([]pushResult, error) {
 		})
 	})
 	return out, err
+}
+
+// pushStatus is an item's status, without a string for the usual ones.
+func pushStatus(v []byte) string {
+	switch string(v) {
+	case `"queued"`:
+		return "queued"
+	case `"duplicate"`:
+		return "duplicate"
+	}
+	return str(v)
 }
 
 // elements walks the array an answer body holds.
@@ -45,13 +56,19 @@ func elements(body []byte, fn func(elem []byte) error) error {
 }
 
 // popDeliveries reads the messages of a pop answer: each one's transaction
-// id, payload size and what its ack needs.
-func popDeliveries(body []byte) ([]benchkit.Delivery, error) {
+// id, payload size and what its ack needs. hint is the pop batch size, the
+// most messages an answer holds. The messages of a partition share its id
+// and lease, so each distinct one becomes a string once, and every handle
+// lives in one array per answer: a transaction id is the only string a
+// message costs.
+func popDeliveries(body []byte, hint int) ([]benchkit.Delivery, error) {
 	v, err := jsonscan.Value(body)
 	if err != nil {
 		return nil, err
 	}
-	var ds []benchkit.Delivery
+	ds := make([]benchkit.Delivery, 0, hint)
+	hs := make([]crownHandle, 0, hint)
+	var part, lease interned
 	err = members(v, func(key, val []byte) error {
 		if string(key) != "messages" {
 			return nil
@@ -66,20 +83,37 @@ func popDeliveries(body []byte) ([]benchkit.Delivery, error) {
 				case "transactionId":
 					d.TxnID = str(val)
 				case "partitionId":
-					h.partitionID = str(val)
+					h.partitionID = part.str(val)
 				case "leaseId":
-					h.leaseID = str(val)
+					h.leaseID = lease.str(val)
 				case "data":
 					d.Bytes = len(val)
 				}
 				return nil
 			})
-			d.Handle = h
+			if len(hs) == cap(hs) { // more than the hint: earlier handles keep the old array
+				hs = make([]crownHandle, 0, max(hint, 16))
+			}
+			hs = append(hs, h)
+			d.Handle = &hs[len(hs)-1]
 			ds = append(ds, d)
 			return err
 		})
 	})
 	return ds, err
+}
+
+// interned is the string of the last raw JSON string it decoded.
+type interned struct {
+	raw []byte // aliases the answer being walked
+	s   string
+}
+
+func (in *interned) str(raw []byte) string {
+	if in.raw == nil || string(raw) != string(in.raw) {
+		in.raw, in.s = raw, str(raw)
+	}
+	return in.s
 }
 
 // appendAckBatch appends the body of POST /api/v1/ack/batch completing ds.
@@ -92,7 +126,7 @@ func appendAckBatch(b []byte, group string, ds []benchkit.Delivery) []byte {
 	}
 	b = append(b, `"acknowledgments":[`...)
 	for i, d := range ds {
-		h := d.Handle.(crownHandle)
+		h := d.Handle.(*crownHandle)
 		if i > 0 {
 			b = append(b, ',')
 		}

@@ -2,8 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"reflect"
+	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/crownmq/crown/cmd/internal/benchkit"
 )
@@ -13,28 +16,84 @@ func TestPopDeliveries(t *testing.T) {
 		{"id":"m1","transactionId":"p0-1","partitionId":"P1","leaseId":"L1","data":{"p":0,"s":1,"pad":"x\"y"},"retryCount":0},
 		{"transactionId":"p0-\u0032","partitionId":"P2","leaseId":null,"data":"abc","extra":[1,{"a":2}]}
 	],"partitionsClaimed":2}`)
-	ds, err := popDeliveries(body)
+	ds, err := popDeliveries(body, 1) // fewer than the answer holds
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []benchkit.Delivery{
-		{TxnID: "p0-1", Bytes: len(`{"p":0,"s":1,"pad":"x\"y"}`), Handle: crownHandle{partitionID: "P1", leaseID: "L1"}},
-		{TxnID: "p0-2", Bytes: len(`"abc"`), Handle: crownHandle{partitionID: "P2"}},
+		{TxnID: "p0-1", Bytes: len(`{"p":0,"s":1,"pad":"x\"y"}`), Handle: &crownHandle{partitionID: "P1", leaseID: "L1"}},
+		{TxnID: "p0-2", Bytes: len(`"abc"`), Handle: &crownHandle{partitionID: "P2"}},
 	}
 	if !reflect.DeepEqual(ds, want) {
 		t.Fatalf("got %+v\nwant %+v", ds, want)
 	}
 	for _, bad := range []string{``, `{"messages":[{"transactionId":1}`, `[1]`, `{"messages":[1]}`} {
-		if _, err := popDeliveries([]byte(bad)); err == nil {
+		if _, err := popDeliveries([]byte(bad), 100); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
 	}
 }
 
+// TestPopDeliveriesShareStrings: messages of one partition share its id and
+// lease, and a message after a change of partition gets the new ones, also
+// when the answer holds more messages than the hint.
+func TestPopDeliveriesShareStrings(t *testing.T) {
+	body := []byte(`{"messages":[
+		{"transactionId":"a","partitionId":"P1","leaseId":"L1","data":1},
+		{"transactionId":"b","partitionId":"P1","leaseId":"L1","data":2},
+		{"transactionId":"c","partitionId":"P2","leaseId":"L2","data":3},
+		{"transactionId":"d","partitionId":"P1","leaseId":null,"data":4},
+		{"transactionId":"e","partitionId":"P\u0031","leaseId":"L1","data":5}]}`)
+	want := []crownHandle{{"P1", "L1"}, {"P1", "L1"}, {"P2", "L2"}, {"P1", ""}, {"P1", "L1"}}
+	for _, hint := range []int{0, 2, 5, 100} {
+		ds, err := popDeliveries(body, hint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) != len(want) {
+			t.Fatalf("hint %d: %d deliveries", hint, len(ds))
+		}
+		for i, d := range ds {
+			if h := *d.Handle.(*crownHandle); h != want[i] || d.TxnID != string(rune('a'+i)) {
+				t.Errorf("hint %d: delivery %d is %s %+v, want %+v", hint, i, d.TxnID, h, want[i])
+			}
+		}
+	}
+}
+
+// TestReadAnswer: an answer is read whole into the storage it is given,
+// whether the server stated its length, stated none or stated a wrong one.
+func TestReadAnswer(t *testing.T) {
+	long := strings.Repeat("x", 10_000)
+	for _, tc := range []struct {
+		name   string
+		body   string
+		length int64
+		buf    []byte
+	}{
+		{"stated", long, int64(len(long)), nil},
+		{"unstated", long, -1, nil},
+		{"stated short", long, 10, nil},
+		{"empty", "", 0, nil},
+		{"into old storage", long, -1, make([]byte, 3, 20_000)},
+	} {
+		got, err := readAnswer(tc.buf[:0], strings.NewReader(tc.body), tc.length)
+		if err != nil || string(got) != tc.body {
+			t.Errorf("%s: %d bytes, %v", tc.name, len(got), err)
+		}
+		if tc.buf != nil && &got[0] != &tc.buf[:1][0] {
+			t.Errorf("%s: the storage given was not used", tc.name)
+		}
+	}
+	if _, err := readAnswer(nil, iotest.ErrReader(errors.New("reset")), -1); err == nil {
+		t.Error("a failed read: no error")
+	}
+}
+
 func TestAckBatchRoundTrip(t *testing.T) {
 	ds := []benchkit.Delivery{
-		{TxnID: "a\"1", Handle: crownHandle{partitionID: "P1", leaseID: "L1"}},
-		{TxnID: "b", Handle: crownHandle{partitionID: "P2"}},
+		{TxnID: "a\"1", Handle: &crownHandle{partitionID: "P1", leaseID: "L1"}},
+		{TxnID: "b", Handle: &crownHandle{partitionID: "P2"}},
 	}
 	for _, group := range []string{"", "g\\1"} {
 		var got struct {
@@ -63,8 +122,8 @@ func TestAnswerResults(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(ok, []bool{true, false, false, true}) {
 		t.Fatalf("ack results %v %v", ok, err)
 	}
-	pr, err := pushResults([]byte(`[{"status":"queued","error":null},{"status":"failed","error":"boom"}]`))
-	if err != nil || !reflect.DeepEqual(pr, []pushResult{{Status: "queued"}, {Status: "failed", Error: "boom"}}) {
+	pr, err := pushResults([]byte(`[{"status":"queued","error":null},{"status":"failed","error":"boom"},{"status":"duplicate"},{"status":"dupl\u0069cate"}]`))
+	if err != nil || !reflect.DeepEqual(pr, []pushResult{{Status: "queued"}, {Status: "failed", Error: "boom"}, {Status: "duplicate"}, {Status: "duplicate"}}) {
 		t.Fatalf("push results %+v %v", pr, err)
 	}
 	for _, bad := range []string{`{}`, `[1]`, `[{"success":true}`} {
@@ -84,7 +143,7 @@ func FuzzBenchAnswers(f *testing.F) {
 	f.Add([]byte(`[{"success":true,"error":null}]`))
 	f.Add([]byte(`[{"status":"queued"}]`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		popDeliveries(b)
+		popDeliveries(b, 2)
 		ackResults(b)
 		pushResults(b)
 	})
