@@ -8,7 +8,7 @@ GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 # Tests run with the race detector; CI machines have 2 cores.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: all build run test test-short bench bench-nats bench-nats-phases lint fmt cluster cluster-stop docker-image docker-cluster docker-cluster-stop chaos-short chaos chaos-docker clean
+.PHONY: all build run test test-short fuzz bench bench-nats bench-nats-phases lint fmt cluster cluster-stop docker-image docker-cluster docker-cluster-stop chaos-short chaos chaos-docker clean
 
 all: build
 
@@ -26,6 +26,10 @@ test: build
 
 test-short:
 	$(GO) test -short -count=1 ./...
+
+# Every fuzz test in turn, FUZZTIME each (default 30s); see scripts/fuzz.sh --help.
+fuzz:
+	./scripts/fuzz.sh
 
 # Go benchmarks of the hot paths (codec, ApplyBatch, the pop check, JSON),
 # then end-to-end push and pop+ack throughput of one node.

@@ -2,6 +2,7 @@ package segments
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -502,6 +503,42 @@ func FuzzReceiveSnapshot(f *testing.F) {
 		defer st.Close()
 		st.Digest()
 	})
+}
+
+// TestReceiveSnapshotRejectsFileCounts: a stream announcing more blob files
+// than the bound is refused before any is created, and one that ends before
+// the files it announced leaves neither database nor files behind.
+func TestReceiveSnapshotRejectsFileCounts(t *testing.T) {
+	stream := func(count uint32, files int) []byte {
+		b := append([]byte{}, snapMagic...)
+		b = binary.BigEndian.AppendUint64(b, 3)
+		b = append(b, "abc"...)
+		b = binary.BigEndian.AppendUint32(b, count)
+		for i := range files {
+			b = binary.BigEndian.AppendUint64(b, uint64(i+1))
+			b = binary.BigEndian.AppendUint64(b, 0)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name string
+		b    []byte
+	}{
+		{"over the bound", stream(maxSnapshotFiles+1, 2)},
+		{"the largest count", stream(0xffffffff, 2)},
+		{"ends before its files", stream(5, 3)},
+	} {
+		dir := t.TempDir()
+		target := filepath.Join(dir, "state.db")
+		_, err := receiveSnapshot(bytes.NewReader(tc.b), target, false)
+		if !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: %v, want ErrCorrupt", tc.name, err)
+		}
+		left, _ := filepath.Glob(filepath.Join(dir, "*"))
+		if len(left) != 0 {
+			t.Errorf("%s: left %v", tc.name, left)
+		}
+	}
 }
 
 func TestRefRoundTripAndRejects(t *testing.T) {
