@@ -258,17 +258,18 @@ func (d *crownBench) do(ctx context.Context, method, u string, body []byte, answ
 }
 
 // readAnswer appends at most maxAnswer bytes of r to b, growing b once to
-// the length the server stated (-1 when it stated none).
+// the length the server stated (-1 when it stated none), and a byte more:
+// the read that finds the end needs room to be asked for.
 func readAnswer(b []byte, r io.Reader, length int64) ([]byte, error) {
 	if length > 0 {
-		b = slices.Grow(b, int(min(length, maxAnswer)))
+		b = slices.Grow(b, int(min(length, maxAnswer))+1)
 	}
-	r = io.LimitReader(r, maxAnswer)
+	lr := io.LimitedReader{R: r, N: maxAnswer}
 	for {
 		if len(b) == cap(b) {
 			b = slices.Grow(b, 4096)
 		}
-		n, err := r.Read(b[len(b):cap(b)])
+		n, err := lr.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]
 		if err == io.EOF {
 			return b, nil

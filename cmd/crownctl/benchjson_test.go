@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -84,6 +85,17 @@ func TestReadAnswer(t *testing.T) {
 		if tc.buf != nil && &got[0] != &tc.buf[:1][0] {
 			t.Errorf("%s: the storage given was not used", tc.name)
 		}
+	}
+	body := []byte(long)
+	rd := bytes.NewReader(body)
+	allocs := testing.AllocsPerRun(10, func() {
+		rd.Reset(body)
+		if _, err := readAnswer(nil, rd, int64(len(body))); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 1 {
+		t.Errorf("an answer of stated length took %v allocations, want 1", allocs)
 	}
 	if _, err := readAnswer(nil, iotest.ErrReader(errors.New("reset")), -1); err == nil {
 		t.Error("a failed read: no error")
