@@ -148,7 +148,7 @@ func (t *Tx) deleteSegmentRef(p *Partition, first uint64) error {
 
 // walkSegments calls fn with each segment of the partition that holds an
 // offset >= from, oldest first, until fn returns false.
-func (t *Tx) walkSegments(p *Partition, from uint64, fn func(first uint64, ref blobRef, v []byte) (bool, error)) error {
+func (t *Tx) walkSegments(p *Partition, from uint64, fn func(first uint64, ref blobRef) (bool, error)) error {
 	recent := p.recent // edits during the walk build a new slice
 	if len(recent) == 0 || from < u64(recent) {
 		more, err := t.walkBucketSegments(p.ID, from, fn)
@@ -166,7 +166,7 @@ func (t *Tx) walkSegments(p *Partition, from uint64, fn func(first uint64, ref b
 
 // visitSegment calls fn with the segment starting at first, whose reference
 // is v, unless it ends before from (then it reports more).
-func visitSegment(pid, first, from uint64, v []byte, fn func(first uint64, ref blobRef, v []byte) (bool, error)) (bool, error) {
+func visitSegment(pid, first, from uint64, v []byte, fn func(first uint64, ref blobRef) (bool, error)) (bool, error) {
 	ref, err := decodeRef(v)
 	if err != nil {
 		return false, fmt.Errorf("partition %d segment %d: %w", pid, first, err)
@@ -174,12 +174,12 @@ func visitSegment(pid, first, from uint64, v []byte, fn func(first uint64, ref b
 	if first+uint64(ref.Count) <= from {
 		return true, nil
 	}
-	return fn(first, ref, v)
+	return fn(first, ref)
 }
 
 // walkBucketSegments is walkSegments over the segments bucket alone. It
 // reports whether fn asked for more.
-func (t *Tx) walkBucketSegments(pid, from uint64, fn func(first uint64, ref blobRef, v []byte) (bool, error)) (bool, error) {
+func (t *Tx) walkBucketSegments(pid, from uint64, fn func(first uint64, ref blobRef) (bool, error)) (bool, error) {
 	c := t.bucket(bSegments).Cursor()
 	prefix := be64(pid)
 	k, v := c.Seek(key88(pid, from))

@@ -16,7 +16,7 @@ import (
 func bucketRefs(t *testing.T, tx *Tx, pid uint64) []uint64 {
 	t.Helper()
 	var out []uint64
-	_, err := tx.walkBucketSegments(pid, 0, func(first uint64, _ blobRef, _ []byte) (bool, error) {
+	_, err := tx.walkBucketSegments(pid, 0, func(first uint64, _ blobRef) (bool, error) {
 		out = append(out, first)
 		return true, nil
 	})

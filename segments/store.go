@@ -966,7 +966,7 @@ type SegmentInfo struct {
 // the HTTP layer without a copy; it must not be modified.
 func (t *Tx) Scan(p *Partition, from uint64, fn func(*StoredMessage) (bool, error)) error {
 	var sm StoredMessage
-	return t.walkSegments(p, from, func(first uint64, ref blobRef, _ []byte) (bool, error) {
+	return t.walkSegments(p, from, func(first uint64, ref blobRef) (bool, error) {
 		blob, err := t.blobPrefix(ref, int(ref.Len))
 		if err != nil {
 			return false, fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
@@ -1004,7 +1004,7 @@ func (t *Tx) Scan(p *Partition, from uint64, fn func(*StoredMessage) (bool, erro
 // segment: it is valid only during the call.
 func (t *Tx) ScanTxIDs(p *Partition, from uint64, fn func(off uint64, txID []byte) (bool, error)) error {
 	var r SegmentReader
-	return t.walkSegments(p, from, func(first uint64, ref blobRef, _ []byte) (bool, error) {
+	return t.walkSegments(p, from, func(first uint64, ref blobRef) (bool, error) {
 		blob, err := t.scratchBlob(ref)
 		if err == nil {
 			err = r.reset(blob)
@@ -1034,7 +1034,7 @@ func (t *Tx) ScanTxIDs(p *Partition, from uint64, fn func(off uint64, txID []byt
 // reads no blob: it is the walk for deciding what a pop can take, which
 // needs offsets and times but not the messages.
 func (t *Tx) ScanRanges(p *Partition, from uint64, fn func(first, end uint64, createdAt int64) (bool, error)) error {
-	return t.walkSegments(p, from, func(first uint64, ref blobRef, _ []byte) (bool, error) {
+	return t.walkSegments(p, from, func(first uint64, ref blobRef) (bool, error) {
 		return fn(max(first, from), first+uint64(ref.Count), ref.CreatedAt)
 	})
 }
@@ -1057,7 +1057,7 @@ func (t *Tx) MessageAt(p *Partition, off uint64) (*StoredMessage, error) {
 // Segments walks the partition's segment headers oldest first until fn
 // returns false.
 func (t *Tx) Segments(p *Partition, fn func(SegmentInfo) (bool, error)) error {
-	return t.walkSegments(p, 0, func(first uint64, ref blobRef, _ []byte) (bool, error) {
+	return t.walkSegments(p, 0, func(first uint64, ref blobRef) (bool, error) {
 		return fn(ref.info(first))
 	})
 }
@@ -1128,7 +1128,7 @@ func (t *Tx) DeleteSegment(p *Partition, first uint64) (uint64, error) {
 		p.FirstOffset = p.NextOffset
 	} else if first == p.FirstOffset {
 		// The next segment's first offset is the new oldest.
-		err := t.walkSegments(p, first, func(next uint64, _ blobRef, _ []byte) (bool, error) {
+		err := t.walkSegments(p, first, func(next uint64, _ blobRef) (bool, error) {
 			p.FirstOffset = next
 			return false, nil
 		})
@@ -1389,7 +1389,7 @@ func (t *Tx) deletePartitionData(p *Partition) error {
 		return err
 	}
 	prefix := be64(p.ID)
-	err = t.walkSegments(p, 0, func(_ uint64, ref blobRef, _ []byte) (bool, error) {
+	err = t.walkSegments(p, 0, func(_ uint64, ref blobRef) (bool, error) {
 		return true, t.freeBlob(ref)
 	})
 	if err != nil {

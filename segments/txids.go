@@ -106,7 +106,7 @@ func (t *Tx) TxID(p *Partition, txid string) (TxRef, bool, error) {
 		ref    TxRef
 		stored bool
 	)
-	err = t.walkSegments(p, off, func(first uint64, seg blobRef, _ []byte) (bool, error) {
+	err = t.walkSegments(p, off, func(first uint64, seg blobRef) (bool, error) {
 		if first > off || off-first >= uint64(seg.Count) {
 			return false, nil
 		}
