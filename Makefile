@@ -31,10 +31,10 @@ test-short:
 fuzz:
 	./scripts/fuzz.sh
 
-# Go benchmarks of the hot paths (codec, ApplyBatch, the pop check, JSON),
-# then end-to-end push and pop+ack throughput of one node.
+# Go benchmarks of the hot paths (codec, ApplyBatch, the pop check, JSON, one
+# Raft metrics sample), then end-to-end push and pop+ack throughput of one node.
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem ./fsm/ ./segments/ ./httpapi/...
+	$(GO) test -run '^$$' -bench . -benchmem ./fsm/ ./segments/ ./httpapi/... ./cmd/crownd/
 	./scripts/bench-node.sh
 
 # Crown against NATS JetStream, three local nodes each, same workload; extra

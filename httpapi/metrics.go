@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -12,6 +14,7 @@ import (
 
 type metrics struct {
 	reg            *prometheus.Registry
+	log            *slog.Logger
 	requests       *prometheus.CounterVec
 	latency        *prometheus.HistogramVec
 	fillWaits      prometheus.Counter
@@ -23,6 +26,7 @@ type metrics struct {
 func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 	m := &metrics{
 		reg: reg,
+		log: s.log,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "crown_http_requests_total", Help: "HTTP requests served, by route and status code.",
 		}, []string{"route", "code"}),
@@ -51,9 +55,18 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 	return m
 }
 
+// handler serves every metric it can gather: the registry also holds
+// metrics that libraries name (crownd's crown_raft_* from hashicorp/raft),
+// and one that a new library version shapes inconsistently must cost that
+// metric, logged, not the whole scrape.
 func (m *metrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, ErrorLog: gatherLog{m.log}})
 }
+
+// gatherLog is promhttp's error log on the node's logger.
+type gatherLog struct{ log *slog.Logger }
+
+func (g gatherLog) Println(v ...any) { g.log.Warn("metrics gathering", "error", fmt.Sprint(v...)) }
 
 type statusRecorder struct {
 	http.ResponseWriter

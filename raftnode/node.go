@@ -182,6 +182,9 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	rc.TrailingLogs = cfg.TrailingLogs
 	rc.MaxAppendEntries = cfg.MaxAppendEntries
 	rc.BatchApplyCh = true
+	// Raft's timers once per metric, labelled by peer, not again under a
+	// name per peer (crownd exports them: crown_raft_*).
+	rc.NoLegacyTelemetry = true
 	// The state machine is persistent: it resumes from its own applied
 	// index instead of reloading a snapshot on every start.
 	rc.NoSnapshotRestoreOnStart = true

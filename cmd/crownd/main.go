@@ -63,6 +63,7 @@ type config struct {
 	LogFormat     string
 	LeaderWait    time.Duration
 	Pprof         bool
+	RaftMetrics   bool
 	OJSStrict     bool
 	FSMSync       bool
 	FSMWriteback  time.Duration
@@ -95,6 +96,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.LogFormat, "log-format", "json", "log format: json or text")
 	fs.DurationVar(&c.LeaderWait, "leader-wait", 5*time.Second, "how long a request waits for a leader during an election before failing with 503")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the HTTP address")
+	fs.BoolVar(&c.RaftMetrics, "raft-metrics", true, "export Raft's own timers (log store appends, commit time, replication round trips, apply) on /metrics/prometheus as crown_raft_* summaries")
 	fs.BoolVar(&c.OJSStrict, "ojs-strict-queues", false, "OJS API: pause and resume of an unknown queue get 404 instead of creating it")
 	fs.BoolVar(&c.FSMSync, "fsm-sync", false, "fsync the state database on every commit (the Raft log is always fsynced; see README, Durability)")
 	fs.DurationVar(&c.FSMWriteback, "fsm-writeback", 250*time.Millisecond, "without --fsm-sync: have the kernel start writing the state's dirty pages this often, so they reach the disk in small pieces rather than bursts that stall Raft's fsyncs (0: leave it to the kernel; Linux only)")
@@ -278,11 +280,17 @@ func run(c *config) error {
 	rc := c.Raft
 	rc.NodeID, rc.RaftAddr, rc.Advertise, rc.DataDir = c.NodeID, c.RaftAddr, c.RaftAdvertise, c.DataDir
 	rc.Peers, rc.Join, rc.Logger = c.Peers, c.Join != "", log
+	reg := prometheus.NewRegistry()
+	if c.RaftMetrics {
+		// Before the node starts, so its first elections and appends count.
+		if err := exportRaftMetrics(reg); err != nil {
+			return err
+		}
+	}
 	node, err := raftnode.New(rc, state)
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
 	api := httpapi.New(httpapi.Config{
 		NodeID: c.NodeID, AdvertiseURL: c.HTTPAdvertise, RaftAddr: c.RaftAdvertise, LeaderWait: c.LeaderWait,
 		Hotlist: c.Hotlist, WindowBatch: c.WindowBatch, Key: c.Key, Logger: log, Registry: reg,

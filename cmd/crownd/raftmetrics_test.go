@@ -1,0 +1,93 @@
+package main_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	tc "github.com/crownmq/crown/cmd/internal/testcluster"
+)
+
+// Raft's own timers reach /metrics/prometheus: on the leader the log store's
+// appends, the time from dispatch to commit, the apply, and each follower's
+// append round trip labelled by peer (once: not again under a name per
+// peer); on a follower its own store of what the leader sent.
+func TestRaftMetricsExported(t *testing.T) {
+	c := tc.Start(t, 3)
+	leader := c.Leader()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := range 5 {
+		if _, err := leader.Client().Push(ctx, []tc.PushItem{{Queue: "raftmetrics", Payload: i, TransactionID: fmt.Sprint("m", i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var followers []*tc.Node
+	for _, n := range c.Nodes() {
+		if n != leader {
+			followers = append(followers, n)
+		}
+	}
+	want := map[*tc.Node][]string{leader: {
+		"crown_raft_commitTime_count",
+		"crown_raft_leader_dispatchLog_count",
+		"crown_raft_boltdb_storeLogs_count",
+		"crown_raft_fsm_applyBatch_count",
+	}}
+	for _, f := range followers {
+		want[leader] = append(want[leader], fmt.Sprintf("crown_raft_replication_appendEntries_rpc_count{peer_id=%q}", f.ID()))
+		want[f] = []string{"crown_raft_rpc_appendEntries_storeLogs_count", "crown_raft_fsm_applyBatch_count"}
+	}
+	for n, names := range want {
+		m, err := timersMetrics(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range names {
+			if m[name] < 1 {
+				t.Errorf("%s: %s = %v after 5 pushes, want at least 1", n.ID(), name, m[name])
+			}
+		}
+		for k := range m {
+			for _, f := range c.Nodes() {
+				if strings.HasPrefix(k, "crown_raft_") && strings.Contains(k, "_"+f.ID()+"_") {
+					t.Errorf("%s: %s names a peer (legacy telemetry should be off)", n.ID(), k)
+				}
+			}
+		}
+	}
+}
+
+// --raft-metrics=false leaves only Crown's own crown_raft_* gauges.
+func TestRaftMetricsOff(t *testing.T) {
+	c := tc.Start(t, 1, tc.WithArgs("--raft-metrics=false"))
+	n := c.Leader()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := n.Client().Push(ctx, []tc.PushItem{{Queue: "raftmetrics", Payload: 1, TransactionID: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := timersMetrics(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := []string{"crown_raft_applied_index", "crown_raft_commit_index", "crown_raft_leader", "crown_raft_log_bytes_since_snapshot", "crown_raft_term"}
+	if _, ok := m["crown_raft_term"]; !ok {
+		t.Fatal("crown_raft_term missing: the scrape did not read the node's own metrics")
+	}
+	for k := range m {
+		if !strings.HasPrefix(k, "crown_raft_") {
+			continue
+		}
+		name, _, _ := strings.Cut(k, "{")
+		found := false
+		for _, o := range own {
+			found = found || name == o
+		}
+		if !found {
+			t.Errorf("%s exported with --raft-metrics=false", k)
+		}
+	}
+}
