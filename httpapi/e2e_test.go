@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -13,6 +14,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/crownmq/crown/httpapi"
 )
 
 // End-to-end tests through the real stack (HTTP, Raft over TCP, bbolt),
@@ -1210,5 +1215,34 @@ func TestHTTPMinPopWaitTime(t *testing.T) {
 	r := s.do(http.MethodGet, "/metrics/prometheus", nil)
 	if !regexp.MustCompile(`(?m)^queen_pop_fill_wait_total 1$`).Match(r.Raw) {
 		t.Errorf("queen_pop_fill_wait_total:\n%s", grepLines(string(r.Raw), "queen_pop_fill_wait"))
+	}
+}
+
+// brokenCollector yields a metric whose collection fails, as a library's
+// malformed metric would.
+type brokenCollector struct{ desc *prometheus.Desc }
+
+func (b brokenCollector) Describe(ch chan<- *prometheus.Desc) { ch <- b.desc }
+func (b brokenCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.NewInvalidMetric(b.desc, errors.New("malformed by its library"))
+}
+
+// A metric that cannot be gathered costs that metric, not the scrape: the
+// registry also holds metrics libraries shape (crownd's crown_raft_*).
+func TestHTTPPrometheusServesAroundABrokenMetric(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(brokenCollector{prometheus.NewDesc("library_broken", "a metric its library broke", nil, nil)})
+	s := newStack(t, func(c *httpapi.Config) { c.Registry = reg })
+	s.push(obj{"queue": "m", "payload": 1})
+	r := s.do(http.MethodGet, "/metrics/prometheus", nil)
+	if r.Status != http.StatusOK {
+		t.Fatalf("/metrics/prometheus with a broken metric: %d %s", r.Status, r.Raw)
+	}
+	text := string(r.Raw)
+	if !regexp.MustCompile(`(?m)^crown_commit_entries_total [1-9][0-9]*$`).MatchString(text) {
+		t.Errorf("the other metrics are missing:\n%s", text)
+	}
+	if strings.Contains(text, "library_broken") {
+		t.Errorf("the broken metric was served:\n%s", grepLines(text, "library_broken"))
 	}
 }
