@@ -25,7 +25,9 @@ func sampleCommands() map[Type]Command {
 		TypeLease: &Lease{Scope: ScopeDiscovery, Queue: "q", Partition: "p", Namespace: "ns", Task: "tk", Group: "g",
 			Batch: 17, MaxPartitions: 3, AutoAck: true, LeaseSeconds: 42, SubMode: SubTimestamp, SubFrom: 1778918400000000,
 			WindowBatch: 100, SQLWindow: true},
-		TypeAck:    &Ack{Group: "billing", Items: []AckItem{ack, {TxID: "x", Status: AckCompleted}}},
+		TypeAck: &Ack{Group: "billing", Items: []AckItem{ack, {TxID: "x", Status: AckCompleted}}},
+		TypeAckPacked: &AckPacked{Ack{Group: "billing", Items: []AckItem{ack, {TxID: "x", Status: AckCompleted},
+			ack, {TxID: "y", PartitionID: [16]byte{9, 8, 7}, PartitionOK: true, Status: AckFailed, Error: "no"}}}},
 		TypeExtend: &Extend{LeaseID: [16]byte{0xff, 1}, Seconds: 90},
 		TypeTransaction: &Transaction{Ops: []TxOp{
 			{Kind: OpPush, Items: []PushItem{push}},

@@ -56,7 +56,13 @@ func (c *Counters) count(cmd Command, result any) {
 	case *AckResult:
 		c.AckRequests++
 		c.AckMessages += uint64(len(r.Items))
-		items := cmd.(*Ack).Items
+		var items []AckItem
+		switch a := cmd.(type) {
+		case *Ack:
+			items = a.Items
+		case *AckPacked:
+			items = a.Items
+		}
 		for i, it := range r.Items {
 			if it.DLQ {
 				c.DLQ++

@@ -41,6 +41,8 @@ var registry = [...]commandSpec{
 	TypeOJSDeletePolicy: spec("ojs_delete_policy", applyOJSDeletePolicy),
 	TypeOJSSweep:        spec("ojs_sweep", applyOJSSweep),
 	TypeTransactionAs:   spec("transaction_as", applyTransactionAs),
+	// Acknowledgments in the smaller format (ackpacked.go).
+	TypeAckPacked: spec("ack_packed", applyAckPacked),
 }
 
 func spec[C any, PC interface {

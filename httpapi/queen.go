@@ -192,7 +192,9 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, parse func([]byte) 
 		writeRawJSON(w, http.StatusOK, []byte("[]"))
 		return
 	}
-	res, ok := s.commit(w, r, body, c)
+	// Written in the packed format (fsm.AckPacked): the items of a batch
+	// share their partition and lease, which the log then holds once.
+	res, ok := s.commit(w, r, body, &fsm.AckPacked{Ack: *c})
 	if !ok {
 		return
 	}
