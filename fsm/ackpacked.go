@@ -40,39 +40,23 @@ func (*AckPacked) Type() Type { return TypeAckPacked }
 
 func applyAckPacked(a *applier, c *AckPacked) any { return applyAck(a, &c.Ack) }
 
-// ackPair is what a packed acknowledgment names through the table.
-type ackPair struct {
-	partition   [16]byte
-	partitionOK bool
-	lease       [16]byte
-	hasLease    bool
-}
-
-func pairOf(it *AckItem) ackPair {
-	p := ackPair{partition: it.PartitionID, partitionOK: it.PartitionOK, hasLease: it.HasLease}
-	if it.HasLease {
-		p.lease = it.LeaseID
-	}
-	return p
-}
-
 // EncodeMsgpack implements msgpack.CustomEncoder.
 func (c *AckPacked) EncodeMsgpack(enc *msgpack.Encoder) error {
 	// Items sharing the previous item's pair are the rule; the map serves
 	// batches that mix partitions or leases.
 	var (
-		pairs []ackPair
-		index map[ackPair]int
+		pairs []ackAddress
+		index map[ackAddress]int
 		refs  = make([]int, len(c.Items))
 	)
 	for i := range c.Items {
-		p := pairOf(&c.Items[i])
+		p := addressOf(&c.Items[i])
 		if i > 0 && p == pairs[refs[i-1]] {
 			refs[i] = refs[i-1]
 			continue
 		}
 		if index == nil {
-			index = make(map[ackPair]int)
+			index = make(map[ackAddress]int)
 		}
 		j, ok := index[p]
 		if !ok {
@@ -87,13 +71,7 @@ func (c *AckPacked) EncodeMsgpack(enc *msgpack.Encoder) error {
 	}
 	for i := range pairs {
 		p := &pairs[i]
-		var lease []byte
-		if p.hasLease {
-			lease = p.lease[:]
-		}
-		err := errors.Join(enc.EncodeArrayLen(4), enc.EncodeBytes(p.partition[:]), enc.EncodeBool(p.partitionOK),
-			enc.EncodeBytes(lease), enc.EncodeBool(p.hasLease))
-		if err != nil {
+		if err := errors.Join(enc.EncodeArrayLen(4), encodeAckAddress(enc, p.partition[:], p.partitionOK, p.lease[:], p.hasLease)); err != nil {
 			return err
 		}
 	}
@@ -103,7 +81,7 @@ func (c *AckPacked) EncodeMsgpack(enc *msgpack.Encoder) error {
 	for i := range c.Items {
 		it := &c.Items[i]
 		err := errors.Join(enc.EncodeArrayLen(5), enc.EncodeString(it.TxID), enc.EncodeUint(uint64(refs[i])),
-			enc.EncodeUint(uint64(it.Status)), enc.EncodeString(it.StatusText), enc.EncodeString(it.Error))
+			encodeAckOutcome(enc, it))
 		if err != nil {
 			return err
 		}
@@ -127,22 +105,12 @@ func (c *AckPacked) decodeFrom(r *mpReader) error {
 	if n > (len(r.b)-r.i)/5+1 {
 		return r.fail("partition and lease count")
 	}
-	pairs := make([]ackPair, n)
+	pairs := make([]ackAddress, n)
 	for i := range pairs {
-		p := &pairs[i]
 		if l, err := r.arrayLen(); err != nil || l != 4 {
 			return r.fail("partition and lease")
 		}
-		if p.partition, err = r.uuid(); err != nil {
-			return err
-		}
-		if p.partitionOK, err = r.bool(); err != nil {
-			return err
-		}
-		if p.lease, err = r.uuid(); err != nil {
-			return err
-		}
-		if p.hasLease, err = r.bool(); err != nil {
+		if pairs[i], err = decodeAckAddress(r); err != nil {
 			return err
 		}
 	}
@@ -166,17 +134,8 @@ func (c *AckPacked) decodeFrom(r *mpReader) error {
 		if err != nil || j >= uint64(len(pairs)) {
 			return r.fail("acknowledgment's partition and lease")
 		}
-		p := &pairs[j]
-		it.PartitionID, it.PartitionOK, it.LeaseID, it.HasLease = p.partition, p.partitionOK, p.lease, p.hasLease
-		st, err := r.uint()
-		if err != nil || st > 255 {
-			return r.fail("ack status")
-		}
-		it.Status = uint8(st)
-		if it.StatusText, err = r.str(); err != nil {
-			return err
-		}
-		if it.Error, err = r.str(); err != nil {
+		pairs[j].setOn(it)
+		if err := decodeAckOutcome(r, it); err != nil {
 			return err
 		}
 	}

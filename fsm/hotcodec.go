@@ -122,26 +122,77 @@ func (c *Ack) EncodeMsgpack(enc *msgpack.Encoder) error {
 	}
 	for i := range c.Items {
 		it := &c.Items[i]
-		var lease []byte
-		if it.HasLease {
-			lease = it.LeaseID[:]
-		}
-		err := errors.Join(
-			enc.EncodeArrayLen(8),
-			enc.EncodeString(it.TxID),
-			enc.EncodeBytes(it.PartitionID[:]),
-			enc.EncodeBool(it.PartitionOK),
-			enc.EncodeBytes(lease),
-			enc.EncodeBool(it.HasLease),
-			enc.EncodeUint(uint64(it.Status)),
-			enc.EncodeString(it.StatusText),
-			enc.EncodeString(it.Error),
-		)
+		err := errors.Join(enc.EncodeArrayLen(8), enc.EncodeString(it.TxID),
+			encodeAckAddress(enc, it.PartitionID[:], it.PartitionOK, it.LeaseID[:], it.HasLease),
+			encodeAckOutcome(enc, it))
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// ackAddress is the partition and lease an acknowledgment names; both formats write
+// it as partitionId(bin16), partitionOK, leaseId(bin16|nil), hasLease.
+type ackAddress struct {
+	partition   [16]byte
+	partitionOK bool
+	lease       [16]byte
+	hasLease    bool
+}
+
+func addressOf(it *AckItem) ackAddress {
+	t := ackAddress{partition: it.PartitionID, partitionOK: it.PartitionOK, hasLease: it.HasLease}
+	if it.HasLease {
+		t.lease = it.LeaseID
+	}
+	return t
+}
+
+func (t *ackAddress) setOn(it *AckItem) {
+	it.PartitionID, it.PartitionOK, it.LeaseID, it.HasLease = t.partition, t.partitionOK, t.lease, t.hasLease
+}
+
+// encodeAckAddress takes the fields as slices of the caller's arrays, so
+// that encoding an item copies nothing to the heap.
+func encodeAckAddress(enc *msgpack.Encoder, partition []byte, partitionOK bool, lease []byte, hasLease bool) error {
+	if !hasLease {
+		lease = nil
+	}
+	return errors.Join(enc.EncodeBytes(partition), enc.EncodeBool(partitionOK), enc.EncodeBytes(lease),
+		enc.EncodeBool(hasLease))
+}
+
+func decodeAckAddress(r *mpReader) (t ackAddress, err error) {
+	if t.partition, err = r.uuid(); err != nil {
+		return t, err
+	}
+	if t.partitionOK, err = r.bool(); err != nil {
+		return t, err
+	}
+	if t.lease, err = r.uuid(); err != nil {
+		return t, err
+	}
+	t.hasLease, err = r.bool()
+	return t, err
+}
+
+// An acknowledgment ends, in both formats, with status, statusText, error.
+func encodeAckOutcome(enc *msgpack.Encoder, it *AckItem) error {
+	return errors.Join(enc.EncodeUint(uint64(it.Status)), enc.EncodeString(it.StatusText), enc.EncodeString(it.Error))
+}
+
+func decodeAckOutcome(r *mpReader, it *AckItem) error {
+	st, err := r.uint()
+	if err != nil || st > 255 {
+		return r.fail("ack status")
+	}
+	it.Status = uint8(st)
+	if it.StatusText, err = r.str(); err != nil {
+		return err
+	}
+	it.Error, err = r.str()
+	return err
 }
 
 func (c *Ack) decodeFrom(r *mpReader) error {
@@ -168,27 +219,12 @@ func (c *Ack) decodeFrom(r *mpReader) error {
 		if it.TxID, err = r.str(); err != nil {
 			return err
 		}
-		if it.PartitionID, err = r.uuid(); err != nil {
+		target, err := decodeAckAddress(r)
+		if err != nil {
 			return err
 		}
-		if it.PartitionOK, err = r.bool(); err != nil {
-			return err
-		}
-		if it.LeaseID, err = r.uuid(); err != nil {
-			return err
-		}
-		if it.HasLease, err = r.bool(); err != nil {
-			return err
-		}
-		st, err := r.uint()
-		if err != nil || st > 255 {
-			return r.fail("ack status")
-		}
-		it.Status = uint8(st)
-		if it.StatusText, err = r.str(); err != nil {
-			return err
-		}
-		if it.Error, err = r.str(); err != nil {
+		target.setOn(it)
+		if err := decodeAckOutcome(r, it); err != nil {
 			return err
 		}
 	}
