@@ -71,7 +71,9 @@ func (c *AckPacked) EncodeMsgpack(enc *msgpack.Encoder) error {
 	}
 	for i := range pairs {
 		p := &pairs[i]
-		if err := errors.Join(enc.EncodeArrayLen(4), encodeAckAddress(enc, p.partition[:], p.partitionOK, p.lease[:], p.hasLease)); err != nil {
+		err := errors.Join(enc.EncodeArrayLen(4),
+			encodeAckAddress(enc, p.partition[:], p.partitionOK, p.lease[:], p.hasLease))
+		if err != nil {
 			return err
 		}
 	}

@@ -109,6 +109,7 @@ type Node struct {
 	counted   *logBytesFSM // fsm as Raft sees it
 	transport *raft.NetworkTransport
 	logStore  *raftboltdb.BoltStore
+	logs      raft.LogStore // the log store behind Raft's cache
 	proposer  *Proposer
 
 	notifyCh chan bool
@@ -167,7 +168,7 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	}
 	cleanup = append(cleanup, func() { trans.Close() })
 
-	n := &Node{cfg: cfg, log: log, fsm: f, counted: &logBytesFSM{FSM: f}, transport: trans, logStore: store,
+	n := &Node{cfg: cfg, log: log, fsm: f, counted: &logBytesFSM{FSM: f}, transport: trans, logStore: store, logs: logs,
 		notifyCh: make(chan bool, 16), obsCh: make(chan raft.Observation, 64), stopped: make(chan struct{})}
 	n.leaderView, n.endLeaderView = context.WithCancel(context.Background())
 
@@ -383,9 +384,47 @@ func (n *Node) ReadIndex() (uint64, error) {
 	return idx, nil
 }
 
-// WaitApplied blocks until the state machine has applied index, or ctx ends.
+// WaitApplied blocks until the state machine holds the effects of every
+// entry up to index, or ctx ends.
+//
+// Raft hands the state machine commands only: a new leader's no-op, a
+// configuration change or a barrier never reaches it, so its applied index
+// stops at the last command. A read barrier right after an election asks
+// for the no-op's index, and waiting for the state machine to reach it
+// waited for whatever command came next. So the wait is for the last
+// command at or below index; the entries after it change nothing.
+//
+// A follower may not hold the entries up to index yet (the leader's commit
+// index runs ahead of what it has sent): an entry it cannot read counts as a
+// command, and the walk is done again every 20 ms until they have arrived.
 func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
-	return n.fsm.WaitApplied(ctx, index)
+	for {
+		target := n.lastCommandAtOrBelow(index)
+		if target <= n.fsm.AppliedIndex() {
+			return nil
+		}
+		wait, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		err := n.fsm.WaitApplied(wait, target)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// lastCommandAtOrBelow walks back from index over entries the state
+// machine has not applied, usually one or two of them and in Raft's cache.
+// An entry it cannot read (not received yet, compacted, a read error) is
+// taken to be a command.
+func (n *Node) lastCommandAtOrBelow(index uint64) uint64 {
+	applied := n.fsm.AppliedIndex()
+	for i := index; i > applied; i-- {
+		var l raft.Log
+		if err := n.logs.GetLog(i, &l); err != nil || l.Type == raft.LogCommand {
+			return i
+		}
+	}
+	return applied
 }
 
 // Member is one server of the Raft configuration.

@@ -417,3 +417,37 @@ func TestSnapshotStoreRemovesInterruptedSnapshots(t *testing.T) {
 		t.Fatalf("interrupted snapshot still there: %v", err)
 	}
 }
+
+// A read barrier right after an election: the new leader's commit index is
+// its no-op entry, which Raft never hands to the state machine, so waiting
+// for the state machine to reach that index waited until some later command
+// (a linearizable read after recovery failed with "waiting for index 8
+// (applied 7)"). Entries that carry no command need no applying.
+func TestReadIndexAfterElectionNeedsNoCommand(t *testing.T) {
+	dir, addr := t.TempDir(), freeAddr(t)
+	n := startNode(t, fastConfig("n1", addr, dir, nil))
+	waitLeader(t, n)
+	if _, _, err := n.node.Propose(context.Background(), push("q", "t1")); err != nil {
+		t.Fatal(err)
+	}
+	n.stop()
+	n = startNode(t, fastConfig("n1", addr, dir, nil))
+	waitLeader(t, n)
+	deadline := time.Now().Add(5 * time.Second)
+	var idx uint64
+	for {
+		var err error
+		if idx, err = n.node.ReadIndex(); err == nil && idx > n.fsm.AppliedIndex() {
+			break // the no-op is committed, and past every command applied
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("read index %d (%v) never passed the applied %d", idx, err, n.fsm.AppliedIndex())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := n.node.WaitApplied(ctx, idx); err != nil {
+		t.Fatalf("read barrier at %d with nothing to apply: %v", idx, err)
+	}
+}
