@@ -99,13 +99,10 @@ func (c *AckPacked) decodeFrom(r *mpReader) error {
 	if c.Group, err = r.str(); err != nil {
 		return err
 	}
-	n, err := r.arrayLen()
+	// A pair takes at least 7 bytes, an item 6.
+	n, err := r.arrayLenOf(7, "partition and lease count")
 	if err != nil {
 		return err
-	}
-	// A pair takes at least 5 bytes, an item 6: bound allocations by the input.
-	if n > (len(r.b)-r.i)/5+1 {
-		return r.fail("partition and lease count")
 	}
 	pairs := make([]ackAddress, n)
 	for i := range pairs {
@@ -116,12 +113,9 @@ func (c *AckPacked) decodeFrom(r *mpReader) error {
 			return err
 		}
 	}
-	m, err := r.arrayLen()
+	m, err := r.arrayLenOf(6, "acknowledgment count")
 	if err != nil {
 		return err
-	}
-	if m > (len(r.b)-r.i)/6+1 {
-		return r.fail("acknowledgment count")
 	}
 	c.Items = make([]AckItem, m)
 	for i := range c.Items {

@@ -46,13 +46,9 @@ func encodeItems(enc *msgpack.Encoder, items []PushItem) error {
 }
 
 func decodeItems(r *mpReader) ([]PushItem, error) {
-	n, err := r.arrayLen()
+	n, err := r.arrayLenOf(8, "item count")
 	if err != nil {
 		return nil, err
-	}
-	// Each item takes at least 8 bytes: bound the allocation by the input.
-	if n > (len(r.b)-r.i)/8+1 {
-		return nil, r.fail("item count")
 	}
 	items := make([]PushItem, n)
 	var names []string // queue and partition names seen so far
@@ -203,12 +199,9 @@ func (c *Ack) decodeFrom(r *mpReader) error {
 	if c.Group, err = r.str(); err != nil {
 		return err
 	}
-	n, err := r.arrayLen()
+	n, err := r.arrayLenOf(9, "acknowledgment count")
 	if err != nil {
 		return err
-	}
-	if n > (len(r.b)-r.i)/9+1 {
-		return r.fail("acknowledgment count")
 	}
 	c.Items = make([]AckItem, n)
 	for i := range c.Items {

@@ -63,6 +63,20 @@ func (r *mpReader) arrayLen() (int, error) {
 	return 0, r.fail("array header")
 }
 
+// arrayLenOf reads the header of an array whose elements take at least min
+// bytes each, refusing a count the rest of the input cannot hold before
+// the caller allocates for it.
+func (r *mpReader) arrayLenOf(min int, what string) (int, error) {
+	n, err := r.arrayLen()
+	if err != nil {
+		return 0, err
+	}
+	if n > (len(r.b)-r.i)/min+1 {
+		return 0, r.fail(what)
+	}
+	return n, nil
+}
+
 // uint reads any msgpack integer that is non-negative.
 func (r *mpReader) uint() (uint64, error) {
 	v, err := r.int()
