@@ -60,7 +60,10 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 // and one that a new library version shapes inconsistently must cost that
 // metric, logged, not the whole scrape.
 func (m *metrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, ErrorLog: gatherLog{m.log}})
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog:      gatherLog{m.log},
+	})
 }
 
 // gatherLog is promhttp's error log on the node's logger.

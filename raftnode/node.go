@@ -109,7 +109,7 @@ type Node struct {
 	counted   *logBytesFSM // fsm as Raft sees it
 	transport *raft.NetworkTransport
 	logStore  *raftboltdb.BoltStore
-	logs      raft.LogStore // the log store behind Raft's cache
+	logs      raft.LogStore // the log as Raft reads it: its cache in front of logStore
 	proposer  *Proposer
 
 	notifyCh chan bool
