@@ -371,8 +371,18 @@ func (n *Node) WaitLeader(ctx context.Context) (id, addr string, err error) {
 	}
 }
 
-// ReadIndex confirms leadership with a quorum and returns the commit index a
-// linearizable read must wait for. Leader only.
+// ReadIndex confirms leadership with a quorum and returns the index a
+// linearizable read must wait for (on any node, with WaitApplied). Leader
+// only.
+//
+// That is the last command at or below the commit index, not the commit
+// index itself: Raft hands the state machine commands only, so a new
+// leader's no-op, a configuration change or a barrier is committed but never
+// applied, and the state's applied index stops at the last command. Right
+// after an election the commit index is the no-op's, and waiting for it
+// waited for whatever write came next. The leader holds every committed
+// entry, so the walk back over the few it has not applied reads its own log
+// (Raft's cache, usually one or two entries).
 func (n *Node) ReadIndex() (uint64, error) {
 	idx := n.raft.CommitIndex()
 	if err := n.raft.VerifyLeader().Error(); err != nil {
@@ -381,41 +391,12 @@ func (n *Node) ReadIndex() (uint64, error) {
 		}
 		return 0, fmt.Errorf("verify leadership: %w", err)
 	}
-	return idx, nil
+	return n.lastCommandAtOrBelow(idx), nil
 }
 
-// WaitApplied blocks until the state machine holds the effects of every
-// entry up to index, or ctx ends.
-//
-// Raft hands the state machine commands only: a new leader's no-op, a
-// configuration change or a barrier never reaches it, so its applied index
-// stops at the last command. A read barrier right after an election asks
-// for the no-op's index, and waiting for the state machine to reach it
-// waited for whatever command came next. So the wait is for the last
-// command at or below index; the entries after it change nothing.
-//
-// A follower may not hold the entries up to index yet (the leader's commit
-// index runs ahead of what it has sent): an entry it cannot read counts as a
-// command, and the walk is done again every 20 ms until they have arrived.
-func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
-	for {
-		target := n.lastCommandAtOrBelow(index)
-		if target <= n.fsm.AppliedIndex() {
-			return nil
-		}
-		wait, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-		err := n.fsm.WaitApplied(wait, target)
-		cancel()
-		if err == nil || ctx.Err() != nil {
-			return err
-		}
-	}
-}
-
-// lastCommandAtOrBelow walks back from index over entries the state
-// machine has not applied, usually one or two of them and in Raft's cache.
-// An entry it cannot read (not received yet, compacted, a read error) is
-// taken to be a command.
+// lastCommandAtOrBelow walks back from index over the entries the state
+// machine has not applied to the last command. An entry it cannot read is
+// taken to be one.
 func (n *Node) lastCommandAtOrBelow(index uint64) uint64 {
 	applied := n.fsm.AppliedIndex()
 	for i := index; i > applied; i-- {
@@ -425,6 +406,11 @@ func (n *Node) lastCommandAtOrBelow(index uint64) uint64 {
 		}
 	}
 	return applied
+}
+
+// WaitApplied blocks until the state machine has applied index, or ctx ends.
+func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
+	return n.fsm.WaitApplied(ctx, index)
 }
 
 // Member is one server of the Raft configuration.

@@ -434,16 +434,15 @@ func TestReadIndexAfterElectionNeedsNoCommand(t *testing.T) {
 	n = startNode(t, fastConfig("n1", addr, dir, nil))
 	waitLeader(t, n)
 	deadline := time.Now().Add(5 * time.Second)
-	var idx uint64
-	for {
-		var err error
-		if idx, err = n.node.ReadIndex(); err == nil && idx > n.fsm.AppliedIndex() {
-			break // the no-op is committed, and past every command applied
-		}
+	for n.node.Status().CommitIndex <= n.fsm.AppliedIndex() { // until the no-op is committed
 		if time.Now().After(deadline) {
-			t.Fatalf("read index %d (%v) never passed the applied %d", idx, err, n.fsm.AppliedIndex())
+			t.Fatalf("commit index never passed the applied %d: %+v", n.fsm.AppliedIndex(), n.node.Status())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	idx, err := n.node.ReadIndex()
+	if err != nil {
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
