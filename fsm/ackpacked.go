@@ -42,8 +42,8 @@ func applyAckPacked(a *applier, c *AckPacked) any { return applyAck(a, &c.Ack) }
 
 // EncodeMsgpack implements msgpack.CustomEncoder.
 func (c *AckPacked) EncodeMsgpack(enc *msgpack.Encoder) error {
-	// Items sharing the previous item's pair are the rule; the map serves
-	// batches that mix partitions or leases.
+	// Items sharing the previous item's pair are the rule; the map, made
+	// once a batch names a second pair, serves batches that mix them.
 	var (
 		pairs []ackAddress
 		index map[ackAddress]int
@@ -51,18 +51,22 @@ func (c *AckPacked) EncodeMsgpack(enc *msgpack.Encoder) error {
 	)
 	for i := range c.Items {
 		p := addressOf(&c.Items[i])
-		if i > 0 && p == pairs[refs[i-1]] {
-			refs[i] = refs[i-1]
-			continue
+		j, ok := 0, false
+		switch {
+		case i > 0 && p == pairs[refs[i-1]]:
+			j, ok = refs[i-1], true
+		case index != nil:
+			j, ok = index[p]
 		}
-		if index == nil {
-			index = make(map[ackAddress]int)
-		}
-		j, ok := index[p]
 		if !ok {
 			j = len(pairs)
-			index[p] = j
 			pairs = append(pairs, p)
+			if j == 1 {
+				index = map[ackAddress]int{pairs[0]: 0}
+			}
+			if index != nil {
+				index[p] = j
+			}
 		}
 		refs[i] = j
 	}

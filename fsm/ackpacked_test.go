@@ -43,7 +43,7 @@ func TestAckPackedBatchOfOnePop(t *testing.T) {
 	if p.Group != ack.Group || !reflect.DeepEqual(p.Items, ack.Items) {
 		t.Fatalf("packed acknowledgments changed in the round trip: %+v", p.Items[:2])
 	}
-	// 17 bytes an item against 54 (an 11-byte id); the table's one pair is 38.
+	// 17 bytes an item against 54 (an 11-byte id); the table's one pair is 39.
 	if packedLen*10 > plainLen*4 {
 		t.Fatalf("packed entry %d bytes, plain %d: want at most 40 %%", packedLen, plainLen)
 	}
