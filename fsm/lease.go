@@ -212,7 +212,7 @@ func checkPartition(tx *segments.Tx, q *segments.Queue, part *segments.Partition
 		// still delivers, up to the held tail.
 		e.before = from
 	}
-	e.visible = now - q.Options.DelayedProcessing*1e6
+	e.visible = now - Micros(q.Options.DelayedProcessing)
 	e.ok = true
 	return e
 }
@@ -284,7 +284,7 @@ func (a *applier) tryClaim(p *popState, q *segments.Queue, part *segments.Partit
 			p.res.LeaseID = a.newID()
 		}
 		g.LeaseID = p.res.LeaseID
-		g.LeaseExpiry = a.now + leaseSeconds(c.LeaseSeconds, q.Options.LeaseTime)*1e6
+		g.LeaseExpiry = a.now + Micros(leaseSeconds(c.LeaseSeconds, q.Options.LeaseTime))
 		g.LeaseLast = last
 		g.LeaseDelivered = uint64(n)
 		must(a.tx.IndexLease(g.LeaseID, part.ID, c.Group))
@@ -321,7 +321,7 @@ func windowHeld(p *segments.Partition, windowSeconds, now int64, c *Lease) (unti
 	if windowSeconds <= 0 {
 		return 0, 0
 	}
-	w := windowSeconds * 1e6
+	w := Micros(windowSeconds)
 	if c.SQLWindow {
 		if p.Messages > 0 && now < p.LastCreatedAt+w {
 			return p.LastCreatedAt + w, 0

@@ -193,7 +193,7 @@ func applyConfigureSet(a *applier, c *ConfigureSet) any {
 			ov.DLQEnabled = &v
 		}
 		if c.Present&PresentRetention != 0 && opts.RetentionEnabled && opts.CompletedRetentionSeconds > 0 {
-			ov.CompletedTTL = &Duration{Text: FormatSeconds(opts.CompletedRetentionSeconds), Micros: opts.CompletedRetentionSeconds * 1e6}
+			ov.CompletedTTL = &Duration{Text: FormatSeconds(opts.CompletedRetentionSeconds), Micros: Micros(opts.CompletedRetentionSeconds)}
 		}
 		q.OJS.UpdatedAt = a.now
 		resolve(a.tx, q)

@@ -34,6 +34,27 @@ func DefaultOptions(origin uint8) segments.Options {
 	return o
 }
 
+// maxDurationMicros caps a duration converted from seconds at 10^11 s
+// (about 3,170 years): far beyond any meaningful option, small enough that a
+// commit time plus it cannot overflow int64, and early enough that every
+// instant it yields still formats as a four-digit RFC 3339 year.
+const maxDurationMicros = 100_000_000_000 * 1_000_000
+
+// Micros converts a duration in seconds (a queue option, a lease or an
+// extension) to microseconds, saturating at maxDurationMicros rather than
+// wrapping: the options are any non-negative integer a client sends, and a
+// wrapped product would turn "keep for ever" into "delete now".
+func Micros(seconds int64) int64 {
+	switch {
+	case seconds <= 0:
+		return 0
+	case seconds >= maxDurationMicros/1_000_000:
+		return maxDurationMicros
+	default:
+		return seconds * 1e6
+	}
+}
+
 // ClampOptions applies the documented clamps to resolved options.
 func ClampOptions(o *segments.Options) {
 	if o.MinPopWaitTime < 0 {

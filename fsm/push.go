@@ -102,7 +102,7 @@ func (a *applier) pushAs(items []PushItem, principal string) ([]PushItemResult, 
 				dups = append(dups, [2]int{i, j})
 				continue
 			}
-			if ref, ok := must2(a.tx.TxID(t.part, it.TxID)); ok && ref.PushedAt >= a.now-window*1e6 {
+			if ref, ok := must2(a.tx.TxID(t.part, it.TxID)); ok && ref.PushedAt >= a.now-Micros(window) {
 				results[i].Status = PushDuplicate
 				results[i].MessageID = ref.MessageID()
 				continue
@@ -216,7 +216,7 @@ func markWindow(p *segments.Partition, windowSeconds, now int64, first, n uint64
 		p.WindowMark, p.WindowCount, p.WindowFirst = 0, 0, 0
 		return
 	}
-	if p.WindowMark == 0 || now >= p.WindowMark+windowSeconds*1e6 {
+	if p.WindowMark == 0 || now >= p.WindowMark+Micros(windowSeconds) {
 		p.WindowMark, p.WindowCount, p.WindowFirst = now, n, first
 		return
 	}

@@ -730,3 +730,77 @@ func TestCheckPopCountsOnlyForFillWait(t *testing.T) {
 		t.Fatalf("without minPopWaitTime: %+v", pc)
 	}
 }
+
+// Durations in seconds are any non-negative integer a Queen client sends.
+// Converted to microseconds they saturate (Micros) instead of wrapping
+// negative, which turned "keep for a very long time" into "delete now",
+// "lease for ever" into an expired lease, and a long delay or dedup window
+// into none.
+func TestHugeDurationsSaturate(t *testing.T) {
+	const huge = 10_000_000_000_000 // 1e13 s: times 1e6 overflows int64
+	if got := Micros(huge); got != maxDurationMicros {
+		t.Fatalf("Micros(%d) = %d", int64(huge), got)
+	}
+	if got := Micros(1<<62 + 1); got != maxDurationMicros {
+		t.Fatalf("Micros(2^62+1) = %d", got)
+	}
+	if got, want := Micros(maxDurationMicros/1e6-1), int64(maxDurationMicros-1e6); got != want {
+		t.Fatalf("Micros just under the cap = %d, want %d", got, want)
+	}
+	if Micros(0) != 0 || Micros(-5) != 0 || Micros(3) != 3e6 {
+		t.Fatal("Micros of small values")
+	}
+
+	t.Run("retention keeps", func(t *testing.T) {
+		m := newMachine(t)
+		configureWith(m, "q", func(o *segments.Options) {
+			o.MaxWaitTimeSeconds = huge
+			o.RetentionEnabled, o.RetentionSeconds, o.CompletedRetentionSeconds = true, huge, huge
+		})
+		m.push(items("q", "p", "a")...)
+		m.ack("G", ackTx(m.partition("q", "p").UUID, "a", [16]byte{}, AckCompleted))
+		m.advance(24 * time.Hour)
+		if r := m.sweep("q", 100); r.Segments != ([numRules]uint64{}) {
+			t.Fatalf("swept %+v", r)
+		}
+		if got := m.stored("q", "p"); !slices.Equal(got, []string{"a"}) {
+			t.Fatalf("stored %v", got)
+		}
+	})
+	t.Run("lease holds", func(t *testing.T) {
+		m := newMachine(t)
+		m.push(items("q", "p", "a")...)
+		if r := m.pop(Lease{Queue: "q", Batch: 1, LeaseSeconds: huge}); r.Count() != 1 {
+			t.Fatalf("first pop %+v", r)
+		}
+		g := m.group("q", "p", QueueMode)
+		if g.LeaseExpiry != m.now.UnixMicro()+maxDurationMicros {
+			t.Fatalf("lease expiry %d", g.LeaseExpiry)
+		}
+		m.advance(24 * time.Hour)
+		if r := m.pop(Lease{Queue: "q", Batch: 1}); r.Count() != 0 {
+			t.Fatalf("a leased message was delivered again: %+v", r)
+		}
+		if r := m.extend(g.LeaseID, huge); !r.Success || r.ExpiresAt != m.now.UnixMicro()+maxDurationMicros {
+			t.Fatalf("extend %+v", r)
+		}
+	})
+	t.Run("delay holds", func(t *testing.T) {
+		m := newMachine(t)
+		configureWith(m, "q", func(o *segments.Options) { o.DelayedProcessing = huge })
+		m.push(items("q", "p", "a")...)
+		m.advance(24 * time.Hour)
+		if r := m.pop(Lease{Queue: "q", Batch: 1}); r.Count() != 0 {
+			t.Fatalf("a delayed message was delivered: %+v", r)
+		}
+	})
+	t.Run("dedup window holds", func(t *testing.T) {
+		m := newMachine(t)
+		configureWith(m, "q", func(o *segments.Options) { o.DedupWindowSeconds = huge })
+		m.push(items("q", "p", "a")...)
+		m.advance(24 * time.Hour)
+		if r := m.push(items("q", "p", "a")...); r.Items[0].Status != PushDuplicate {
+			t.Fatalf("second push %+v", r.Items[0])
+		}
+	})
+}

@@ -30,13 +30,13 @@ type sweepCutoffs [numRules]int64
 func cutoffsOf(o *segments.Options, now int64) sweepCutoffs {
 	var c sweepCutoffs
 	if o.RetentionEnabled && o.RetentionSeconds > 0 {
-		c[RuleRetention] = now - o.RetentionSeconds*1e6
+		c[RuleRetention] = now - Micros(o.RetentionSeconds)
 	}
 	if o.RetentionEnabled && o.CompletedRetentionSeconds > 0 {
-		c[RuleCompleted] = now - o.CompletedRetentionSeconds*1e6
+		c[RuleCompleted] = now - Micros(o.CompletedRetentionSeconds)
 	}
 	if o.MaxWaitTimeSeconds > 0 {
-		c[RuleMaxWait] = now - o.MaxWaitTimeSeconds*1e6
+		c[RuleMaxWait] = now - Micros(o.MaxWaitTimeSeconds)
 	}
 	return c
 }

@@ -11,7 +11,7 @@ func applyExtend(a *applier, c *Extend) any {
 	if secs <= 0 {
 		secs = 60
 	}
-	target := a.now + secs*1e6
+	target := a.now + Micros(secs)
 	res := &ExtendResult{}
 	for i, pid := range pids {
 		g := must1(a.tx.Group(pid, groups[i]))

@@ -76,7 +76,7 @@ func (f *FSM) CheckPopAs(c *Lease, principal string, now int64, count bool) (Pop
 			n, _, delayedAt := e.deliverable(tx, part, limit()-pc.Deliverable)
 			pc.Deliverable += n
 			if delayedAt != 0 {
-				wake(delayedAt + q.Options.DelayedProcessing*1e6)
+				wake(delayedAt + Micros(q.Options.DelayedProcessing))
 			}
 			return pc.Deliverable < limit()
 		}
