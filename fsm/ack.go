@@ -142,6 +142,17 @@ func (s *ackSession) resolve(it *AckItem) (ackTarget, bool) {
 	return ackTarget{cur: c, offset: off}, true
 }
 
+// reload re-reads the partition records the session holds. A push in the
+// same transaction may have appended to one of them since it was loaded, and
+// a stale record hides the new messages (MessageAt reads through it).
+func (s *ackSession) reload() {
+	for _, c := range s.order {
+		if p := must1(s.a.tx.PartitionByID(c.part.ID)); p != nil {
+			c.part = p
+		}
+	}
+}
+
 func (s *ackSession) cursorByUUID(id [16]byte) *groupCursor {
 	for _, c := range s.order {
 		if c.part.UUID == id {
@@ -157,9 +168,13 @@ func (s *ackSession) cursorByUUID(id [16]byte) *groupCursor {
 func (s *ackSession) apply(it *AckItem, t ackTarget, inTx bool) AckItemResult {
 	c := t.cur
 	r := AckItemResult{Resolved: true, Queue: c.queue.Name, Partition: c.part.Name}
-	if it.Status == AckCompleted && c.g != nil && t.offset < c.g.Next {
-		// Already consumed: a re-ack (a client retrying after a lost
-		// response) is a successful no-op, whatever lease it carries.
+	// resolved: the group's position is past the message, which was
+	// consumed, dead-lettered or dropped already.
+	resolved := c.g != nil && t.offset < c.g.Next
+	if resolved && (it.Status == AckCompleted || it.Status == AckDLQ) {
+		// A re-ack (a client retrying after a lost response) is a
+		// successful no-op, whatever lease it carries; for dlq it must not
+		// write a second dead-letter entry for (message, group).
 		r.Success = true
 		return r
 	}
@@ -186,6 +201,9 @@ func (s *ackSession) apply(it *AckItem, t ackTarget, inTx bool) AckItemResult {
 				r.LeaseReleased = true
 			}
 			break
+		}
+		if resolved {
+			break // a retried exhausted failure: no second dead-letter entry
 		}
 		o := c.queue.Options
 		if o.DeadLetterQueue || o.DLQAfterMaxRetries {

@@ -646,3 +646,52 @@ func TestAckRetriedAfterLostResponseSucceeds(t *testing.T) {
 		t.Fatalf("failed ack with a released lease: %+v", ar.Items[0])
 	}
 }
+
+// A dead-letter entry is unique per (message, group) (queen-api.md 2): a
+// client that retries a dlq ack, or a failed ack that spent the budget,
+// after losing the response (a 503 unknown_outcome) must not dead-letter
+// the message twice, whether its lease is still live or already ended.
+func TestAckRetriedDeadLetterWritesOneEntry(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status uint8
+		limit  int64
+	}{{"dlq", AckDLQ, 3}, {"failed, budget spent", AckFailed, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMachine(t)
+			configureWith(m, "q", func(o *segments.Options) { o.RetryLimit = tc.limit })
+			m.push(items("q", "p", "m1", "m2")...)
+			r := m.mustPop(Lease{Queue: "q", Batch: 2})
+			lp := r.Partitions[0]
+			first := ackOf(lp, lp.Messages[0], r.LeaseID, tc.status)
+			if ar := m.ack("", first); !ar.Items[0].Success || !ar.Items[0].DLQ {
+				t.Fatalf("first ack %+v", ar.Items[0])
+			}
+			before := *m.group("q", "p", QueueMode)
+			// The retry while the lease on m2 is live, then after it ended.
+			for _, when := range []string{"lease live", "lease ended"} {
+				if when == "lease ended" {
+					m.ack("", ackOf(lp, lp.Messages[1], r.LeaseID, AckCompleted))
+					before = *m.group("q", "p", QueueMode)
+				}
+				ar := m.ack("", first)
+				got := ar.Items[0]
+				if tc.status == AckFailed && when == "lease ended" {
+					// A failed ack needs the live lease, as a first one does
+					// (TestAckRetriedAfterLostResponseSucceeds).
+					if got.Error != ErrInvalidLease {
+						t.Fatalf("%s: retried ack %+v", when, got)
+					}
+				} else if !got.Success || got.Error != "" || got.DLQ || got.Dropped || got.LeaseReleased {
+					t.Fatalf("%s: retried ack %+v", when, got)
+				}
+				if after := *m.group("q", "p", QueueMode); after != before {
+					t.Fatalf("%s: the retry changed the group: %+v -> %+v", when, before, after)
+				}
+				if dl := m.deadLetters("q"); len(dl) != 1 || dl[0].TxID != "m1" {
+					t.Fatalf("%s: dead letters %+v", when, dl)
+				}
+			}
+		})
+	}
+}

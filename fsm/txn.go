@@ -71,6 +71,11 @@ func (a *applier) transaction(c *Transaction, principal string) *TransactionResu
 				res.Error = RefusalText(ref)
 				return res
 			}
+			// An earlier ack may hold a record of a partition this push
+			// appended to; later acks must see the new messages.
+			for _, s := range sessionOrder {
+				s.reload()
+			}
 			for i, pr := range prs {
 				res.Results = append(res.Results, TxOpResult{
 					Kind: OpPush, Success: true, TxID: op.Items[i].TxID, Status: pr.Status,

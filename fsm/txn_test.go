@@ -303,3 +303,27 @@ func TestTransactionEmpty(t *testing.T) {
 		t.Fatalf("empty transaction %+v", tr)
 	}
 }
+
+// An ack that follows a push to the same partition inside one transaction
+// sees the pushed message even when an earlier ack of the transaction had
+// loaded the partition: a dlq of it writes its dead-letter entry.
+func TestTransactionAckSeesMessagePushedAfterEarlierAck(t *testing.T) {
+	m := newMachine(t)
+	m.push(items("q", "p", "a")...)
+	pid := m.partition("q", "p").UUID
+	tr := m.txn(
+		opAck("", ackTx(pid, "a", [16]byte{}, AckCompleted)),
+		opPush(items("q", "p", "x")...),
+		opAck("", ackTx(pid, "x", [16]byte{}, AckDLQ)),
+	)
+	if !tr.Success || !tr.Results[2].DLQ {
+		t.Fatalf("transaction %+v", tr)
+	}
+	dl := m.deadLetters("q")
+	if len(dl) != 1 || dl[0].TxID != "x" || string(dl[0].Payload) != `"x"` {
+		t.Fatalf("dead letters %+v", dl)
+	}
+	if g := m.group("q", "p", QueueMode); g.Next != 3 || g.Consumed != 2 {
+		t.Fatalf("group %+v (both messages consumed)", g)
+	}
+}
