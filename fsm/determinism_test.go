@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -672,4 +674,55 @@ func TestSnapshotSealsTheActiveBlobFile(t *testing.T) {
 	if r := m.push(benchItems("q", 4, 10, "after-")...); len(r.Items) != 10 {
 		t.Fatalf("push after sealing: %+v", r)
 	}
+}
+
+// A restore whose swap cannot even start (the rename fails) leaves the
+// current state whole and in use.
+func TestRestoreRenameFailureKeepsState(t *testing.T) {
+	rec := record(t, 17, 150)
+	f := openFSM(t, t.TempDir(), "n1")
+	f.ApplyBatch(rec.logs[:100])
+	if _, err := f.swapIn(filepath.Join(t.TempDir(), "no-such-snapshot")); err == nil {
+		t.Fatal("swapIn of a missing file succeeded")
+	}
+	if idx, dg := digestOf(t, f); idx != 100 || dg != rec.digests[99] {
+		t.Fatalf("after a failed swap: index %d, digest matches %v", idx, dg == rec.digests[99])
+	}
+	f.ApplyBatch(rec.logs[100:])
+	if _, dg := digestOf(t, f); dg != rec.digests[len(rec.logs)-1] {
+		t.Fatal("applies after a failed swap diverge")
+	}
+}
+
+// A restore that replaced the state file but cannot open it stops the state
+// machine with that reason instead of a nil store: applies panic with it
+// (ApplyBatch's loud stop), snapshots and reads return it.
+func TestRestoreUnopenableStateStopsLoudly(t *testing.T) {
+	rec := record(t, 19, 40)
+	f := openFSM(t, t.TempDir(), "n1")
+	f.ApplyBatch(rec.logs[:20])
+	bad := filepath.Join(f.cfg.Dir, "not-a-database")
+	if err := os.WriteFile(bad, []byte("this is not a bbolt file"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.swapIn(bad)
+	if err == nil || !strings.Contains(err.Error(), "reopen restored state") {
+		t.Fatalf("swapIn of an unopenable file: %v", err)
+	}
+	const why = "state machine has no state: reopen restored state"
+	if _, err := f.Snapshot(); err == nil || !strings.Contains(err.Error(), why) {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	if err := f.View(func(*segments.Tx) error { return nil }); err == nil || !strings.Contains(err.Error(), why) {
+		t.Fatalf("View: %v", err)
+	}
+	func() {
+		defer func() {
+			r := recover()
+			if r == nil || !strings.Contains(fmt.Sprint(r), why) {
+				t.Fatalf("ApplyBatch after the failed restore: panic %v", r)
+			}
+		}()
+		f.ApplyBatch(rec.logs[20:21])
+	}()
 }

@@ -56,6 +56,9 @@ type FSM struct {
 
 	mu    sync.RWMutex
 	store *segments.Store
+	// lost is why store is nil after a restore that replaced the state
+	// file but could not open it (swapIn): every later use fails with it.
+	lost error
 	// retiring counts stores replaced by Restore that are still closing
 	// (swapIn); Close waits for them.
 	retiring sync.WaitGroup
@@ -288,7 +291,18 @@ var errNothing = errors.New("nothing to apply")
 func (f *FSM) update(fn func(tx *segments.Tx) error) error {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	if f.store == nil {
+		return f.closedErr()
+	}
 	return f.store.Update(fn)
+}
+
+// closedErr says why there is no store; f.mu must be held.
+func (f *FSM) closedErr() error {
+	if f.lost != nil {
+		return fmt.Errorf("state machine has no state: %w; restart the node to restore it from its snapshot and log", f.lost)
+	}
+	return errors.New("state machine closed")
 }
 
 func (f *FSM) applyEntry(tx *segments.Tx, l *raft.Log, now *int64, events *Events, counters *Counters) any {
@@ -323,7 +337,7 @@ func (f *FSM) View(fn func(tx *segments.Tx) error) error {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.store == nil {
-		return errors.New("state machine closed")
+		return f.closedErr()
 	}
 	return f.store.View(fn)
 }
@@ -333,7 +347,7 @@ func (f *FSM) Digest() (applied uint64, digest string, err error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.store == nil {
-		return 0, "", errors.New("state machine closed")
+		return 0, "", f.closedErr()
 	}
 	return f.store.Digest()
 }
@@ -343,6 +357,9 @@ func (f *FSM) Digest() (applied uint64, digest string, err error) {
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	if f.store == nil {
+		return nil, f.closedErr()
+	}
 	// Raft calls Snapshot between applies, so sealing here moves no write
 	// another transaction is making; a linked snapshot then copies an empty
 	// active file instead of up to 64 MiB of payloads.
@@ -454,32 +471,41 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 func (f *FSM) swapIn(tmp string) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	// Rename before letting the current store go: if the rename fails, the
+	// current state stays whole and in use. After it, the current store
+	// still reads its file through its open descriptors.
+	if err := os.Rename(tmp, f.dbPath()); err != nil {
+		return 0, fmt.Errorf("swap in snapshot: %w", err)
+	}
 	if old := f.store; old != nil {
 		f.store = nil
 		// Closing a store waits for its readers, and one of them may be a
 		// snapshot Raft has not released: Raft installs a leader's snapshot
 		// on its main loop, and its snapshot goroutine, holding an
 		// FSMSnapshot, may be waiting on that loop. So the old store closes
-		// on its own goroutine once its readers are done; until then it
-		// reads its file through its open descriptors, after the rename
-		// below has put the new file in its place.
+		// on its own goroutine once its readers are done.
 		f.retiring.Go(func() {
 			if err := old.Close(); err != nil {
 				f.log.Warn("closing the state replaced by a snapshot", "error", err)
 			}
 		})
 	}
-	if err := os.Rename(tmp, f.dbPath()); err != nil {
-		return 0, fmt.Errorf("swap in snapshot: %w", err)
-	}
+	// From here the file at dbPath is the snapshot's, so serving the old
+	// store would answer from a state the node no longer has on disk. If
+	// the new one cannot be opened, the state machine stops: applies fail
+	// loudly (ApplyBatch panics with lost), and a restart restores it.
 	if err := segments.SyncDir(f.cfg.Dir); err != nil {
-		return 0, err
+		// Harmless beyond a warning: if the rename is lost to a machine
+		// crash, the state found at start is older than the newest
+		// snapshot, and the node restores it then (raftnode.restoreIfBehind).
+		f.log.Warn("syncing the state directory after a restore", "error", err)
 	}
 	st, err := segments.Open(f.dbPath(), f.storeOptions())
 	if err != nil {
-		return 0, fmt.Errorf("reopen restored state: %w", err)
+		f.lost = fmt.Errorf("reopen restored state: %w", err)
+		return 0, f.lost
 	}
-	f.store = st
+	f.store, f.lost = st, nil
 	var applied uint64
 	if err := st.View(func(tx *segments.Tx) error { applied = tx.Applied(); return nil }); err != nil {
 		return 0, err
