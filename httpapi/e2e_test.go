@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -990,6 +992,65 @@ func TestHTTPEncryption(t *testing.T) {
 	s.push(obj{"queue": "clear", "payload": obj{"card": marker + "-clear"}})
 	if !fileContains(t, filepath.Join(s.Dir, "state"), []byte(marker+"-clear")) {
 		t.Errorf("plaintext of an unencrypted queue not found in the state files: the grep is not meaningful")
+	}
+}
+
+// electedMidRequest stages a follower that parses a request while no leader
+// is known and wins the election while the request waits for one: it claims
+// to follow nobody until the first WaitLeader, then is the leader it is.
+type electedMidRequest struct {
+	httpapi.Cluster
+	following atomic.Bool
+}
+
+func (c *electedMidRequest) IsLeader() bool { return !c.following.Load() && c.Cluster.IsLeader() }
+
+func (c *electedMidRequest) Leader() (string, string) {
+	if c.following.Load() {
+		return "", ""
+	}
+	return c.Cluster.Leader()
+}
+
+func (c *electedMidRequest) WaitLeader(ctx context.Context) (string, string, error) {
+	c.following.Store(false)
+	return c.Cluster.WaitLeader(ctx)
+}
+
+// A push or transaction parsed by a node that then proposes it as the new
+// leader is sealed like any other: the payload is sealed where it is
+// proposed, not where it was parsed.
+func TestHTTPEncryptionSealedWhenElectedMidRequest(t *testing.T) {
+	var raw [32]byte
+	rand.Read(raw[:])
+	var staged *electedMidRequest
+	s := newStackWrapped(t, func(c httpapi.Cluster) httpapi.Cluster {
+		staged = &electedMidRequest{Cluster: c}
+		return staged
+	}, withKey(hex.EncodeToString(raw[:])))
+	s.configure(obj{"queue": "secret", "options": obj{"encryptionEnabled": true}})
+	marker := "crown-elected-marker-" + hex.EncodeToString(raw[:6])
+	for _, req := range []struct{ path, body string }{
+		{"/api/v1/push", `{"items":[{"queue":"secret","payload":{"m":"` + marker + `"},"transactionId":"e1"}]}`},
+		{"/api/v1/transaction", `{"operations":[{"type":"push","queue":"secret","payload":{"m":"` + marker + `"},"transactionId":"e2"}]}`},
+	} {
+		staged.following.Store(true)
+		if r := s.post(req.path, req.body); r.Status >= 300 {
+			t.Fatalf("%s: %d %s", req.path, r.Status, r.Raw)
+		}
+		if staged.following.Load() {
+			t.Fatalf("%s: the request never waited for a leader: the staging did not happen", req.path)
+		}
+	}
+	pr := s.do(http.MethodGet, "/api/v1/pop/queue/secret?batch=10", nil)
+	if pr.Status != http.StatusOK || strings.Count(string(pr.Raw), marker) != 2 {
+		t.Fatalf("pop %d %s: want both messages, decrypted", pr.Status, pr.Raw)
+	}
+	if fileContains(t, filepath.Join(s.Dir, "raft", "raft.db"), []byte(marker)) {
+		t.Errorf("the Raft log holds the plaintext of an encrypted queue's message")
+	}
+	if fileContains(t, filepath.Join(s.Dir, "state"), []byte(marker)) {
+		t.Errorf("the state files hold the plaintext of an encrypted queue's message")
 	}
 }
 

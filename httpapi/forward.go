@@ -119,15 +119,32 @@ func (s *Server) forwardEarly(w http.ResponseWriter, r *http.Request, body []byt
 // the leader and relays the leader's answer unchanged; it then returns
 // ok=false because the response has been written.
 func (s *Server) commit(w http.ResponseWriter, r *http.Request, body []byte, cmd fsm.Command) (any, bool) {
-	return s.commitWith(w, r, body, cmd, writeError)
+	return s.commitPrepared(w, r, body, cmd, nil, writeError)
 }
 
 // commitWith is commit with the error writer of the calling API (the OJS
 // endpoints answer in their own error format).
 func (s *Server) commitWith(w http.ResponseWriter, r *http.Request, body []byte, cmd fsm.Command,
 	writeError func(http.ResponseWriter, *apiError)) (any, bool) {
+	return s.commitPrepared(w, r, body, cmd, nil, writeError)
+}
+
+// commitPrepared is commitWith with prepare, when not nil, run on this node
+// just before it proposes cmd as the leader, and never when the request is
+// relayed (the leader it goes to prepares its own). The pushes seal payloads
+// there: a follower that parsed a request while no leader was known and then
+// won the election itself must seal as any leader does. prepare may run more
+// than once if leadership comes and goes; it must be idempotent.
+func (s *Server) commitPrepared(w http.ResponseWriter, r *http.Request, body []byte, cmd fsm.Command,
+	prepare func() *apiError, writeError func(http.ResponseWriter, *apiError)) (any, bool) {
 	for {
 		if s.cluster.IsLeader() {
+			if prepare != nil {
+				if aerr := prepare(); aerr != nil {
+					writeError(w, aerr)
+					return nil, false
+				}
+			}
 			res, idx, err := s.cluster.Propose(r.Context(), cmd)
 			switch {
 			case err == nil:

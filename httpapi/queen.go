@@ -85,17 +85,11 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 		writeRawJSON(w, http.StatusCreated, []byte("[]"))
 		return
 	}
-	if s.cluster.IsLeader() {
-		if aerr := s.seal(items); aerr != nil {
-			writeError(w, aerr)
-			return
-		}
-	}
 	var cmd fsm.Command = &fsm.Push{Items: items}
 	if p := principalOf(r); p != "" {
 		cmd = &fsm.PushAs{Principal: p, Items: items}
 	}
-	res, ok := s.commit(w, r, body, cmd)
+	res, ok := s.commitPrepared(w, r, body, cmd, s.sealer(items), writeError)
 	if !ok {
 		return
 	}
@@ -108,6 +102,27 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	*buf = appendPushResults(*buf, items, pr.Items)
 	writeRawJSON(w, http.StatusCreated, *buf)
 	putBuf(buf)
+}
+
+// sealer returns the prepare step of a push or transaction (see
+// commitPrepared): it seals the payloads bound for encrypted queues, in
+// place, once. Sealing on the node that proposes, with the queue
+// configuration it holds then, keeps plaintext out of the log whichever node
+// parsed the request.
+func (s *Server) sealer(pushes ...[]fsm.PushItem) func() *apiError {
+	done := false
+	return func() *apiError {
+		if done {
+			return nil
+		}
+		done = true // an error ends the request: nothing is sealed twice
+		for _, items := range pushes {
+			if aerr := s.seal(items); aerr != nil {
+				return aerr
+			}
+		}
+		return nil
+	}
 }
 
 // seal encrypts the payloads of items bound for queues with
@@ -221,21 +236,17 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	if s.cluster.IsLeader() {
-		for i := range c.Ops {
-			if c.Ops[i].Kind == fsm.OpPush {
-				if aerr := s.seal(c.Ops[i].Items); aerr != nil {
-					writeError(w, aerr)
-					return
-				}
-			}
+	var pushes [][]fsm.PushItem
+	for i := range c.Ops {
+		if c.Ops[i].Kind == fsm.OpPush {
+			pushes = append(pushes, c.Ops[i].Items)
 		}
 	}
 	var cmd fsm.Command = c
 	if p := principalOf(r); p != "" {
 		cmd = &fsm.TransactionAs{Transaction: *c, Principal: p}
 	}
-	res, ok := s.commit(w, r, body, cmd)
+	res, ok := s.commitPrepared(w, r, body, cmd, s.sealer(pushes...), writeError)
 	if !ok {
 		return
 	}

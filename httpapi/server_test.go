@@ -66,6 +66,13 @@ func freeAddr(t testing.TB) string {
 // 200 and has registered its addresses in the replicated node registry.
 func newStack(t testing.TB, opts ...stackOption) *stack {
 	t.Helper()
+	return newStackWrapped(t, nil, opts...)
+}
+
+// newStackWrapped is newStack with the HTTP layer's view of the cluster
+// wrapped (nil: none), to stage what a real election would.
+func newStackWrapped(t testing.TB, wrap func(httpapi.Cluster) httpapi.Cluster, opts ...stackOption) *stack {
+	t.Helper()
 	dir := t.TempDir()
 	const nodeID = "node1"
 	state, err := fsm.Open(fsm.Config{Dir: filepath.Join(dir, "state"), NodeID: nodeID})
@@ -94,7 +101,11 @@ func newStack(t testing.TB, opts ...stackOption) *stack {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	api := httpapi.New(cfg, node, state)
+	var cluster httpapi.Cluster = node
+	if wrap != nil {
+		cluster = wrap(node)
+	}
+	api := httpapi.New(cfg, cluster, state)
 	srv := httptest.NewUnstartedServer(api.Handler())
 	srv.Listener.Close()
 	srv.Listener = ln
