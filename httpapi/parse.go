@@ -340,8 +340,10 @@ var optionSpecs = []optionSpec{
 	{name: "ttl", i: func(o *fsm.Options) *int64 { return &o.TTL }},
 }
 
-// signedOptions may be negative (legacy keys echoed verbatim; minPopWaitTime is clamped).
-var signedOptions = map[string]bool{"priority": true, "minPopWaitTime": true}
+// signedOptions may be negative: the legacy keys, which queen-api.md 3.4
+// says are accepted, stored and echoed verbatim with no effect, and
+// minPopWaitTime, which is clamped to 0-60000.
+var signedOptions = map[string]bool{"priority": true, "maxSize": true, "retryDelay": true, "ttl": true, "minPopWaitTime": true}
 
 // parseConfigure reads POST /api/v1/configure (queen-api.md 3.4): a full
 // replace, options nested under "options" or at the top level.

@@ -332,6 +332,10 @@ func TestParseConfigureOptionValues(t *testing.T) {
 		{`"maxSize":"0"`, func(o fsm.Options) any { return o.MaxSize }, int64(0)},
 		{`"retryDelay":1`, func(o fsm.Options) any { return o.RetryDelay }, int64(1)},
 		{`"ttl":99`, func(o fsm.Options) any { return o.TTL }, int64(99)},
+		// Legacy keys are echoed verbatim, negative values too (queen-api.md 3.4).
+		{`"maxSize":-1`, func(o fsm.Options) any { return o.MaxSize }, int64(-1)},
+		{`"retryDelay":"-250"`, func(o fsm.Options) any { return o.RetryDelay }, int64(-250)},
+		{`"ttl":-60`, func(o fsm.Options) any { return o.TTL }, int64(-60)},
 	} {
 		for _, body := range []string{`{"queue":"q","options":{` + tc.opts + `}}`, `{"queue":"q",` + tc.opts + `}`} {
 			c, err := parseConfigure([]byte(body))
