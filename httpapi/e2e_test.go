@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"path/filepath"
 	"regexp"
@@ -1051,6 +1052,42 @@ func TestHTTPEncryptionSealedWhenElectedMidRequest(t *testing.T) {
 	}
 	if fileContains(t, filepath.Join(s.Dir, "state"), []byte(marker)) {
 		t.Errorf("the state files hold the plaintext of an encrypted queue's message")
+	}
+}
+
+// A node without the key (a misconfigured member that leads) refuses a pop
+// of an encrypted queue before leasing anything, and when a pop did lease a
+// message it cannot open (sealed before the queue's encryption was turned
+// off), it gives the lease back: another node delivers it at once.
+func TestHTTPPopOnANodeWithoutTheKey(t *testing.T) {
+	var raw [32]byte
+	rand.Read(raw[:])
+	s := newStack(t, withKey(hex.EncodeToString(raw[:])))
+	// The same leader, served by an HTTP layer that has no key.
+	api := httpapi.New(httpapi.Config{NodeID: "node1", Hotlist: true, WindowBatch: 100, Version: "test"}, s.Node, s.State)
+	srv := httptest.NewServer(api.Handler())
+	t.Cleanup(srv.Close)
+	keyless := &stack{t: t, URL: srv.URL, client: s.client}
+
+	s.configure(obj{"queue": "secret", "options": obj{"encryptionEnabled": true}})
+	s.push(obj{"queue": "secret", "payload": obj{"n": 1}})
+	r := keyless.do(http.MethodGet, "/api/v1/pop/queue/secret?batch=10", nil)
+	wantError(t, r, http.StatusBadRequest, "encryption_unavailable", "queue",
+		`queue "secret" has encryptionEnabled and this node has no QUEEN_ENCRYPTION_KEY; nothing was leased`)
+	if m := s.popOne("/api/v1/pop/queue/secret?batch=10&autoAck=true"); asObj(t, m["data"])["n"] != json.Number("1") {
+		t.Fatalf("pop through the node with the key: %v", m)
+	}
+
+	// A sealed message stays sealed when the queue's encryption is turned off.
+	s.push(obj{"queue": "secret", "payload": obj{"n": 2}})
+	s.configure(obj{"queue": "secret", "options": obj{"encryptionEnabled": false}})
+	r = keyless.do(http.MethodGet, "/api/v1/pop/queue/secret?batch=10", nil)
+	if r.Status != http.StatusInternalServerError || !strings.Contains(string(r.Raw), "the lease was released") {
+		t.Fatalf("keyless pop of a sealed message: %d %s", r.Status, r.Raw)
+	}
+	m := s.popOne("/api/v1/pop/queue/secret?batch=10")
+	if asObj(t, m["data"])["n"] != json.Number("2") || asInt(t, m["retryCount"]) != 0 {
+		t.Fatalf("after the lease was given back: %v", m)
 	}
 }
 

@@ -218,6 +218,10 @@ func (s *Server) attemptPop(w http.ResponseWriter, r *http.Request, c *fsm.Lease
 	if !s.cluster.IsLeader() {
 		return s.forwardPop(w, r)
 	}
+	if aerr := s.canOpen(c); aerr != nil {
+		writeError(w, aerr)
+		return false, true
+	}
 	var cmd fsm.Command = c
 	if p := principalOf(r); p != "" {
 		cmd = &fsm.LeaseAs{Lease: *c, Principal: p}
@@ -238,11 +242,52 @@ func (s *Server) attemptPop(w http.ResponseWriter, r *http.Request, c *fsm.Lease
 	defer putBuf(buf)
 	var aerr *apiError
 	if *buf, aerr = s.appendPop(*buf, lr); aerr != nil {
+		s.giveBack(r.Context(), lr, aerr)
 		writeError(w, aerr)
 		return false, true
 	}
 	writeRawJSON(w, http.StatusOK, *buf)
 	return true, false
+}
+
+// canOpen refuses, before anything is leased, a pop of a queue with
+// encryptionEnabled on a node that has no key to open its messages, as a
+// push to it is refused: leasing first would hide the batch from every
+// consumer until the lease expired (and consume it, with autoAck).
+func (s *Server) canOpen(c *fsm.Lease) *apiError {
+	if s.cfg.Key.Enabled() || c.Queue == "" {
+		return nil
+	}
+	enc, err := s.state.QueueEncryption([]string{c.Queue})
+	if err != nil || !enc[c.Queue] {
+		return nil // the pop itself reports a storage error
+	}
+	return badRequest(codeEncryption, "queue", "queue %q has encryptionEnabled and this node has no QUEEN_ENCRYPTION_KEY; nothing was leased", c.Queue)
+}
+
+// giveBack releases the lease of a pop whose answer could not be built (a
+// message this node cannot decrypt: no key, or another key than the one
+// that sealed it), so the batch is delivered again at once and uncharged
+// (a retry ack, queen-api.md 4.10) rather than after the lease expires. An
+// autoAck pop holds no lease: its messages are consumed, and aerr says so.
+func (s *Server) giveBack(ctx context.Context, lr *fsm.LeaseResult, aerr *apiError) {
+	if lr.LeaseID == ([16]byte{}) {
+		aerr.Message += "; the pop had autoAck, so these messages are consumed"
+		return
+	}
+	release := &fsm.Ack{Group: lr.Group}
+	for _, lp := range lr.Partitions {
+		if len(lp.Messages) == 0 {
+			continue
+		}
+		release.Items = append(release.Items, fsm.AckItem{TxID: lp.Messages[0].TxID, PartitionID: lp.PartitionID,
+			PartitionOK: true, LeaseID: lr.LeaseID, HasLease: true, Status: fsm.AckRetry})
+	}
+	if _, _, err := s.cluster.Propose(ctx, release); err != nil {
+		aerr.Message += "; releasing the lease failed (" + err.Error() + "), so the messages return when it expires"
+		return
+	}
+	aerr.Message += "; the lease was released, so the messages can be delivered again at once"
 }
 
 // forwardPop asks the leader for one immediate pop attempt and relays a 200.
