@@ -181,6 +181,18 @@ func (s *Server) routes() *mux.Router {
 	handle("GET", "/api/v1/resources/queues", "queues", s.handleListQueues)
 	handle("GET", "/api/v1/resources/queues/{queue}", "queue", s.handleGetQueue)
 	handle("DELETE", "/api/v1/resources/queues/{queue}", "delete_queue", s.handleDeleteQueue)
+	handle("GET", "/api/v1/resources/namespaces", "namespaces", s.tagsHandler(false))
+	handle("GET", "/api/v1/resources/tasks", "tasks", s.tagsHandler(true))
+	handle("GET", "/api/v1/resources/overview", "overview", s.handleOverview)
+	handle("GET", "/api/v1/messages", "messages", s.handleListMessages)
+	handle("GET", "/api/v1/messages/{partitionId}/{transactionId:.+}", "message", s.handleGetMessage)
+	handle("GET", "/api/v1/status", "status", s.handleStatus)
+	handle("GET", "/api/v1/status/queues", "status_queues", s.handleStatusQueues)
+	handle("GET", "/api/v1/status/queues/{queue}", "status_queue", s.handleStatusQueue)
+	handle("GET", "/api/v1/status/queues/{queue}/messages", "status_queue_messages", s.handleStatusQueueMessages)
+	handle("GET", "/api/v1/status/analytics", "status_analytics", s.handleStatusAnalytics)
+	handle("GET", "/api/v1/status/buffers", "status_buffers", s.handleStatusBuffers)
+	handle("GET", "/api/v1/analytics/{series}", "analytics", s.handleAnalyticsSeries)
 	handle("GET", "/api/v1/dlq", "dlq", s.handleDLQ)
 
 	// The OJS queue administration API (package ojs), with its own error

@@ -1,0 +1,188 @@
+package httpapi
+
+import (
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/crownmq/crown/fsm"
+)
+
+// Message browsing (queen-api.md 3.12). The DELETE of a message is not
+// served: it needs a command of its own.
+
+// queryPage reads limit (clamped to maxLimit: a shorter page is still a
+// correct one) and offset (refused past maxOffset: clamping would answer
+// another page than the one asked for). A missing, empty, unparsable or
+// negative value is the default, as for every integer parameter
+// (queen-api.md 1.2).
+func queryPage(q url.Values, defLimit, maxLimit, maxOffset int) (limit, offset int, aerr *apiError) {
+	limit, offset = int(queryInt(q, "limit", int64(defLimit))), int(queryInt(q, "offset", 0))
+	if limit < 0 {
+		limit = defLimit
+	}
+	if offset < 0 {
+		offset = 0
+	}
+	if offset > maxOffset {
+		return 0, 0, badRequest(codeLimit, "offset", "offset must be at most %d, got %d", maxOffset, offset)
+	}
+	return min(limit, maxLimit), offset, nil
+}
+
+// queryTime reads an RFC 3339 time or a date; ok is false when absent.
+func queryTime(q url.Values, name string) (t time.Time, ok bool, aerr *apiError) {
+	v := q.Get(name)
+	if v == "" {
+		return time.Time{}, false, nil
+	}
+	t, ok = parseTime(v)
+	if !ok {
+		return time.Time{}, false, badRequest(codeInvalidField, name, "%s must be an RFC 3339 time or a date (YYYY-MM-DD), got %q", name, v)
+	}
+	return t, true, nil
+}
+
+// queryRange reads from and to, defaulting to [now - span, now], and
+// refuses a range that ends before it starts.
+func queryRange(q url.Values, now time.Time, span time.Duration) (from, to time.Time, aerr *apiError) {
+	to, ok, aerr := queryTime(q, "to")
+	if aerr != nil {
+		return from, to, aerr
+	}
+	if !ok {
+		to = now
+	}
+	from, ok, aerr = queryTime(q, "from")
+	if aerr != nil {
+		return from, to, aerr
+	}
+	if !ok {
+		from = to.Add(-span)
+	}
+	if from.After(to) {
+		return from, to, badRequest(codeInvalidField, "from", "from (%s) is after to (%s)",
+			from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
+	}
+	return from, to, nil
+}
+
+func internalError(w http.ResponseWriter, err error) {
+	writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
+}
+
+func optUUID(id [16]byte, ok bool) any {
+	if !ok {
+		return nil
+	}
+	return formatUUID(id)
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// GET /api/v1/messages
+func (s *Server) handleListMessages(w http.ResponseWriter, r *http.Request) {
+	if aerr := s.readBarrier(r); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	q := r.URL.Query()
+	now := time.Now()
+	query := fsm.MessageQuery{Queue: q.Get("queue"), Partition: q.Get("partition"), Namespace: q.Get("ns"),
+		Task: q.Get("task"), Status: q.Get("status")}
+	if query.Status != "" && !fsm.ValidStatus(query.Status) {
+		writeError(w, badRequest(codeInvalidField, "status",
+			"status must be one of pending, processing, completed, dead_letter, got %q", query.Status))
+		return
+	}
+	from, to, aerr := queryRange(q, now, time.Hour)
+	if aerr == nil {
+		query.Limit, query.Offset, aerr = queryPage(q, 200, fsm.MaxBrowseLimit, fsm.MaxBrowseOffset)
+	}
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	// `to` includes the whole of its minute.
+	query.From, query.Before = from.UnixMicro(), to.Truncate(time.Minute).Add(time.Minute).UnixMicro()
+	list, err := s.state.ListMessages(query, now.UnixMicro())
+	if err != nil {
+		internalError(w, err)
+		return
+	}
+	msgs := make([]map[string]any, len(list.Messages))
+	for i := range list.Messages {
+		m := &list.Messages[i]
+		msgs[i] = map[string]any{
+			"id": formatUUID(m.ID), "transactionId": m.TxID, "partitionId": formatUUID(m.PartUUID),
+			"queuePath": m.Queue + "/" + m.Partition, "queue": m.Queue, "partition": m.Partition,
+			"namespace": m.Namespace, "task": m.Task, "status": m.Status, "queueStatus": m.QueueStatus,
+			"busStatus": map[string]any{"consumedBy": m.ConsumedBy, "totalGroups": m.TotalGroups},
+			"traceId":   optUUID(m.TraceID, m.HasTrace), "producerSub": nullString(m.ProducerSub),
+			"queuePriority": m.Priority, "createdAt": formatMillis(m.CreatedAt), "leaseExpiresAt": optMillis(m.LeaseExpiresAt),
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"messages": msgs,
+		"mode": map[string]any{"hasQueueMode": list.Mode.HasQueueMode, "busGroupsCount": list.Mode.BusGroups,
+			"type": list.Mode.Type()},
+	})
+}
+
+// GET /api/v1/messages/{partitionId}/{transactionId}
+func (s *Server) handleGetMessage(w http.ResponseWriter, r *http.Request) {
+	if aerr := s.readBarrier(r); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	pid, ok := parseUUID(pathVar(r, "partitionId"))
+	if !ok {
+		writeError(w, badRequest(codeInvalidField, "partitionId", "partitionId must be a UUID, got %q", pathVar(r, "partitionId")))
+		return
+	}
+	d, err := s.state.Message(pid, pathVar(r, "transactionId"), time.Now().UnixMicro())
+	if err != nil {
+		internalError(w, err)
+		return
+	}
+	if d == nil {
+		writeError(w, &apiError{Status: 404, Code: codeNotFound, Message: "Message not found"})
+		return
+	}
+	payload, aerr := s.open(d.Payload, d.Encrypted)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	var body any = payload
+	if len(payload) == 0 {
+		body = nil
+	}
+	var errMsg, retries any
+	if d.HasDeadLetter {
+		errMsg, retries = d.Error, d.RetryCount
+	}
+	groups := make([]map[string]any, len(d.Groups))
+	for i, g := range d.Groups {
+		groups[i] = map[string]any{"name": g.Name, "consumed": g.Consumed, "leaseExpiresAt": optMillis(g.LeaseExpiresAt)}
+	}
+	o := d.Options
+	writeJSON(w, http.StatusOK, map[string]any{
+		"id": formatUUID(d.ID), "transactionId": d.TxID, "partitionId": formatUUID(d.PartUUID),
+		"queuePath": d.Queue + "/" + d.Partition, "queue": d.Queue, "partition": d.Partition,
+		"namespace": d.Namespace, "task": d.Task, "status": d.Status, "payload": body,
+		"isEncrypted": d.Encrypted, "traceId": optUUID(d.TraceID, d.HasTrace), "producerSub": nullString(d.ProducerSub),
+		"createdAt": formatMillis(d.CreatedAt), "errorMessage": errMsg, "retryCount": retries,
+		"leaseExpiresAt": optMillis(d.LeaseExpiresAt),
+		"queueConfig": map[string]any{"leaseTime": o.LeaseTime, "retryLimit": o.RetryLimit, "retryDelay": o.RetryDelay,
+			"ttl": o.TTL, "priority": o.Priority},
+		"mode": map[string]any{"hasQueueMode": d.Mode.HasQueueMode, "busGroupsCount": d.Mode.BusGroups,
+			"consumedByGroups": d.Mode.ConsumedBy, "type": d.Mode.Type()},
+		"consumerGroups": groups,
+	})
+}
