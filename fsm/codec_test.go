@@ -43,6 +43,9 @@ func sampleCommands() map[Type]Command {
 	for ty, c := range ojsSampleCommands(opts, push) {
 		samples[ty] = c
 	}
+	for ty, c := range groupsSampleCommands() {
+		samples[ty] = c
+	}
 	return samples
 }
 

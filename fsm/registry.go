@@ -43,6 +43,11 @@ var registry = [...]commandSpec{
 	TypeTransactionAs:   spec("transaction_as", applyTransactionAs),
 	// Acknowledgments in the smaller format (ackpacked.go).
 	TypeAckPacked: spec("ack_packed", applyAckPacked),
+	// Consumer-group administration (groups_commands.go, groups_apply.go).
+	TypeDeleteGroup:         spec("delete_group", applyDeleteGroup),
+	TypeRewriteSubscription: spec("rewrite_subscription", applyRewriteSubscription),
+	TypeSeek:                spec("seek", applySeek),
+	TypeSeekPartition:       spec("seek_partition", applySeekPartition),
 }
 
 func spec[C any, PC interface {

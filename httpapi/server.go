@@ -194,6 +194,17 @@ func (s *Server) routes() *mux.Router {
 	handle("GET", "/api/v1/status/buffers", "status_buffers", s.handleStatusBuffers)
 	handle("GET", "/api/v1/analytics/{series}", "analytics", s.handleAnalyticsSeries)
 	handle("GET", "/api/v1/dlq", "dlq", s.handleDLQ)
+	// Consumer-group administration (groups.go); "lagging" before {group}.
+	handle("GET", "/api/v1/consumer-groups", "consumer_groups", s.handleListGroups)
+	handle("GET", "/api/v1/consumer-groups/lagging", "consumer_groups_lagging", s.handleLaggingGroups)
+	handle("GET", "/api/v1/consumer-groups/{group}", "consumer_group", s.handleGetGroup)
+	handle("DELETE", "/api/v1/consumer-groups/{group}", "consumer_group_delete", s.handleDeleteGroup)
+	handle("DELETE", "/api/v1/consumer-groups/{group}/queues/{queue}", "consumer_group_delete_queue", s.handleDeleteGroup)
+	handle("POST", "/api/v1/consumer-groups/{group}/subscription", "consumer_group_subscription", s.handleRewriteSubscription)
+	handle("POST", "/api/v1/consumer-groups/{group}/queues/{queue}/seek", "consumer_group_seek", s.handleSeek)
+	handle("POST", "/api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek",
+		"consumer_group_seek_partition", s.handleSeekPartition)
+	handle("POST", "/api/v1/stats/refresh", "stats_refresh", s.handleStatsRefresh)
 
 	// The OJS queue administration API (package ojs), with its own error
 	// format, headers and method handling.
