@@ -46,6 +46,9 @@ func sampleCommands() map[Type]Command {
 	for ty, c := range groupsSampleCommands() {
 		samples[ty] = c
 	}
+	for ty, c := range systemSampleCommands() {
+		samples[ty] = c
+	}
 	return samples
 }
 

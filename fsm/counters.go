@@ -76,6 +76,8 @@ func (c *Counters) count(cmd Command, result any) {
 				c.AckSuccess++
 			}
 		}
+	case *MaintenanceResult:
+		c.PushMessages += r.Drained.Queued // buffered pushes stored at last
 	case *TransactionResult:
 		c.Transactions++
 		if !r.Success {

@@ -564,6 +564,9 @@ func (a *applier) recordOverflow(r *Refusal) {
 }
 
 func applyPushAs(a *applier, c *PushAs) any {
+	if br := a.bufferIfMaintenance(c.Items, c.Principal); br != nil {
+		return br // push maintenance (system_apply.go)
+	}
 	res, ref := a.pushAs(c.Items, c.Principal)
 	if ref != nil {
 		a.recordOverflow(ref)

@@ -7,6 +7,9 @@ import (
 )
 
 func applyPush(a *applier, c *Push) any {
+	if br := a.bufferIfMaintenance(c.Items, ""); br != nil {
+		return br // push maintenance (system_apply.go)
+	}
 	res, ref := a.pushAs(c.Items, "")
 	if ref != nil {
 		a.recordOverflow(ref)

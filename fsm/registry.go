@@ -48,6 +48,10 @@ var registry = [...]commandSpec{
 	TypeRewriteSubscription: spec("rewrite_subscription", applyRewriteSubscription),
 	TypeSeek:                spec("seek", applySeek),
 	TypeSeekPartition:       spec("seek_partition", applySeekPartition),
+	// Traces and maintenance switches (system_commands.go, traces.go, system_apply.go).
+	TypeAddTrace:          spec("add_trace", applyAddTrace),
+	TypeSetMaintenance:    spec("set_maintenance", applySetMaintenance),
+	TypeSetPopMaintenance: spec("set_pop_maintenance", applySetPopMaintenance),
 }
 
 func spec[C any, PC interface {

@@ -45,6 +45,9 @@ func applyTransactionAs(a *applier, c *TransactionAs) any {
 }
 
 func (a *applier) atomicTransaction(c *Transaction, principal string) *TransactionResult {
+	if r := a.transactionDuringMaintenance(c); r != nil {
+		return r // system_apply.go
+	}
 	sp := a.tx.Savepoint()
 	res := a.transaction(c, principal)
 	if res.Success {

@@ -32,6 +32,9 @@ type PopCheck struct {
 	MinPopWait int64
 	// Denied is set when an access.consumers list refuses the principal.
 	Denied bool
+	// Maintenance is set while pop maintenance is on (queen-api.md 3.17):
+	// every pop answers 204 at once, and nothing else was checked.
+	Maintenance bool
 }
 
 // CheckPop evaluates a pop against the local state at now without changing
@@ -49,6 +52,11 @@ func (f *FSM) CheckPopAs(c *Lease, principal string, now int64, count bool) (Pop
 	var pc PopCheck
 	err := f.View(func(tx *segments.Tx) (err error) {
 		defer recoverStorage(&err)
+		// Read in the same view as the rest: no second transaction per pop.
+		if must1(loadSetting(tx, settingPopMaintenance)).On {
+			pc.Maintenance = true
+			return nil
+		}
 		if key := firstContactKey(c); key != nil && must1(tx.Subscription(key)) == nil {
 			pc.NeedsRecord = true
 		}

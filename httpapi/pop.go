@@ -136,6 +136,13 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 			writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
 			return
 		}
+		// Checked on every round: a parked pop woken by the switch answers now.
+		if check.Maintenance {
+			s.waiters.remove(wt)
+			s.metrics.popEmpty.Inc()
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
 		askLeader := first && !s.cluster.IsLeader()
 		first = false
 		if askLeader || check.Deliverable > 0 || check.NeedsRecord || check.Denied {

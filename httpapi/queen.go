@@ -98,6 +98,9 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 		writeRefusal(w, r, pr.Refused)
 		return
 	}
+	if writeBufferedPush(w, items, pr) { // push maintenance (system.go)
+		return
+	}
 	buf := getBuf()
 	*buf = appendPushResults(*buf, items, pr.Items)
 	writeRawJSON(w, http.StatusCreated, *buf)
@@ -233,6 +236,10 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 	}
 	c, aerr := parseTransaction(body, s.cfg.Limits)
 	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	if aerr := s.refusePushDuringMaintenance(c); aerr != nil { // system.go
 		writeError(w, aerr)
 		return
 	}

@@ -177,6 +177,17 @@ func (s *Server) routes() *mux.Router {
 	handle("POST", "/api/v1/ack/batch", "ack_batch", s.handleAckBatch)
 	handle("POST", "/api/v1/transaction", "transaction", s.handleTransaction)
 	handle("POST", "/api/v1/lease/{leaseId}/extend", "extend", s.handleExtend)
+	// Traces (traces.go): the fixed paths before {partitionId}/{transactionId}.
+	handle("POST", "/api/v1/traces", "traces_add", s.handleAddTrace)
+	handle("GET", "/api/v1/traces/names", "traces_names", s.handleTraceNames)
+	handle("GET", "/api/v1/traces/by-name/{traceName}", "traces_by_name", s.handleTracesByName)
+	handle("GET", "/api/v1/traces/{partitionId}/{transactionId:.+}", "traces_message", s.handleMessageTraces)
+	// System maintenance switches (system.go).
+	handle("GET", "/api/v1/system/maintenance", "maintenance", s.handleGetMaintenance)
+	handle("POST", "/api/v1/system/maintenance", "maintenance_set", s.handleSetMaintenance)
+	handle("GET", "/api/v1/system/maintenance/pop", "pop_maintenance", s.handleGetPopMaintenance)
+	handle("POST", "/api/v1/system/maintenance/pop", "pop_maintenance_set", s.handleSetPopMaintenance)
+	handle("GET", "/api/v1/system/shared-state", "shared_state", s.handleSharedState)
 
 	handle("GET", "/api/v1/resources/queues", "queues", s.handleListQueues)
 	handle("GET", "/api/v1/resources/queues/{queue}", "queue", s.handleGetQueue)
@@ -205,6 +216,7 @@ func (s *Server) routes() *mux.Router {
 	handle("POST", "/api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek",
 		"consumer_group_seek_partition", s.handleSeekPartition)
 	handle("POST", "/api/v1/stats/refresh", "stats_refresh", s.handleStatsRefresh)
+
 
 	// The OJS queue administration API (package ojs), with its own error
 	// format, headers and method handling.

@@ -32,6 +32,12 @@ var (
 	bucketPolicies   = []byte("policies")   // 'n' policy name -> Policy (OJS queue policies)
 	bucketQEvents    = []byte("qevents")    // seq(8) -> QueueEvent (bounded, oldest pruned)
 
+	// Traces and the push-maintenance buffer (traces.go, system.go).
+	bucketTraces     = []byte("traces")      // pid(8) offset(8) seq(8) -> TraceEvent (traces.go)
+	bucketTraceNames = []byte("trace_names") // len-prefixed name seq(8) -> pid(8) offset(8) createdAt(8)
+	bucketTraceOrder = []byte("trace_order") // seq(8) -> pid(8) offset(8): every trace event, oldest first
+	bucketPushBuffer = []byte("push_buffer") // seq(8) -> BufferedPush (system.go)
+
 	// bucketFiles accounts for the blob files (blobs.go). It is physical
 	// layout, not state: it is left out of allBuckets and so of the digest.
 	bucketFiles = []byte("files") // 'g', 'a', 'f' file(8) -> fileRec
@@ -48,6 +54,7 @@ var allBuckets = [][]byte{
 	bucketPartUUIDs, bucketSegments, bucketGroups, bucketQueueGroup,
 	bucketTxIDs, bucketLeases, bucketDLQ, bucketSubs, bucketNodes, bucketSettings,
 	bucketPolicies, bucketQEvents,
+	bucketTraces, bucketTraceNames, bucketTraceOrder, bucketPushBuffer,
 }
 
 // Keys of the meta bucket.

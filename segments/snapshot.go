@@ -289,7 +289,7 @@ func adoptReceived(path string, gen uint64, got map[uint64]uint64, durable bool)
 			if u64(v) == 2 && bytes.Equal(name, bucketTxIDs) {
 				name = bucketTxIDsV2
 			}
-			if tx.Bucket(name) == nil {
+			if tx.Bucket(name) == nil && !addedLater(name) {
 				return fmt.Errorf("bucket %s missing: %w", name, ErrCorrupt)
 			}
 		}

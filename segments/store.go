@@ -531,6 +531,10 @@ const (
 	bPolicies
 	bQEvents
 	bFiles
+	bTraces
+	bTraceNames
+	bTraceOrder
+	bPushBuffer
 )
 
 var bucketOrder = [...][]byte{
@@ -539,6 +543,8 @@ var bucketOrder = [...][]byte{
 	bGroups: bucketGroups, bQueueGroup: bucketQueueGroup, bTxIDs: bucketTxIDs, bLeases: bucketLeases,
 	bDLQ: bucketDLQ, bSubs: bucketSubs, bNodes: bucketNodes, bSettings: bucketSettings,
 	bPolicies: bucketPolicies, bQEvents: bucketQEvents, bFiles: bucketFiles,
+	bTraces: bucketTraces, bTraceNames: bucketTraceNames, bTraceOrder: bucketTraceOrder,
+	bPushBuffer: bucketPushBuffer,
 }
 
 func newTx(btx *bolt.Tx, s *Store) *Tx {
@@ -1110,6 +1116,10 @@ func (t *Tx) DeleteSegment(p *Partition, first uint64) (uint64, error) {
 		payload += uint64(len(m.Payload))
 	}
 	count := uint64(r.Header.Count)
+	// A message's trace events go with it (traces.go).
+	if err := t.deleteTraces(p.ID, first, first+count); err != nil {
+		return 0, err
+	}
 	for _, tx := range txs {
 		if err := t.delTxIDIfAt(p.QueueID, p.ID, tx, first, first+count); err != nil {
 			return 0, err
@@ -1386,6 +1396,9 @@ func (t *Tx) deletePartitionData(p *Partition) error {
 		return true, nil
 	})
 	if err != nil {
+		return err
+	}
+	if err := t.deleteTraces(p.ID, 0, ^uint64(0)); err != nil {
 		return err
 	}
 	prefix := be64(p.ID)
