@@ -49,6 +49,9 @@ func sampleCommands() map[Type]Command {
 	for ty, c := range systemSampleCommands() {
 		samples[ty] = c
 	}
+	for ty, c := range streamsSampleCommands(push, ack) {
+		samples[ty] = c
+	}
 	return samples
 }
 

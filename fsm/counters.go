@@ -91,5 +91,24 @@ func (c *Counters) count(cmd Command, result any) {
 				c.DLQ++
 			}
 		}
+	case *StreamCycleResult:
+		// A cycle's messages and ack count as any others do.
+		if !r.Success {
+			return
+		}
+		for _, it := range r.Push {
+			if it.Status == PushQueued {
+				c.PushMessages++
+			}
+		}
+		if r.Ack != nil {
+			c.AckMessages++
+			if r.Ack.DLQ {
+				c.DLQ++
+				c.AckFailed++
+			} else {
+				c.AckSuccess++
+			}
+		}
 	}
 }

@@ -52,6 +52,9 @@ var registry = [...]commandSpec{
 	TypeAddTrace:          spec("add_trace", applyAddTrace),
 	TypeSetMaintenance:    spec("set_maintenance", applySetMaintenance),
 	TypeSetPopMaintenance: spec("set_pop_maintenance", applySetPopMaintenance),
+	// Streams queries and cycles (streams_commands.go, streams_apply.go).
+	TypeStreamRegister: spec("stream_register", applyStreamRegister),
+	TypeStreamCycle:    spec("stream_cycle", applyStreamCycle),
 }
 
 func spec[C any, PC interface {

@@ -217,6 +217,10 @@ func (s *Server) routes() *mux.Router {
 		"consumer_group_seek_partition", s.handleSeekPartition)
 	handle("POST", "/api/v1/stats/refresh", "stats_refresh", s.handleStatsRefresh)
 
+	// Streams queries, state and cycles (streams.go).
+	handle("POST", "/streams/v1/queries", "streams_queries", s.handleStreamQueries)
+	handle("POST", "/streams/v1/state/get", "streams_state_get", s.handleStreamStateGet)
+	handle("POST", "/streams/v1/cycle", "streams_cycle", s.handleStreamCycle)
 
 	// The OJS queue administration API (package ojs), with its own error
 	// format, headers and method handling.

@@ -38,6 +38,12 @@ var (
 	bucketTraceOrder = []byte("trace_order") // seq(8) -> pid(8) offset(8): every trace event, oldest first
 	bucketPushBuffer = []byte("push_buffer") // seq(8) -> BufferedPush (system.go)
 
+	// Streams queries and their operator state (streams.go).
+	bucketStreamQueries = []byte("stream_queries") // id(16) -> StreamQuery
+	bucketStreamNames   = []byte("stream_names")   // name -> id(16)
+	bucketStreamSources = []byte("stream_sources") // len-prefixed source queue, id(16) -> empty
+	bucketStreamState   = []byte("stream_state")   // id(16) partition uuid(16) key -> state row
+
 	// bucketFiles accounts for the blob files (blobs.go). It is physical
 	// layout, not state: it is left out of allBuckets and so of the digest.
 	bucketFiles = []byte("files") // 'g', 'a', 'f' file(8) -> fileRec
@@ -55,6 +61,7 @@ var allBuckets = [][]byte{
 	bucketTxIDs, bucketLeases, bucketDLQ, bucketSubs, bucketNodes, bucketSettings,
 	bucketPolicies, bucketQEvents,
 	bucketTraces, bucketTraceNames, bucketTraceOrder, bucketPushBuffer,
+	bucketStreamQueries, bucketStreamNames, bucketStreamSources, bucketStreamState,
 }
 
 // Keys of the meta bucket.

@@ -535,6 +535,10 @@ const (
 	bTraceNames
 	bTraceOrder
 	bPushBuffer
+	bStreamQueries
+	bStreamNames
+	bStreamSources
+	bStreamState
 )
 
 var bucketOrder = [...][]byte{
@@ -545,6 +549,9 @@ var bucketOrder = [...][]byte{
 	bPolicies: bucketPolicies, bQEvents: bucketQEvents, bFiles: bucketFiles,
 	bTraces: bucketTraces, bTraceNames: bucketTraceNames, bTraceOrder: bucketTraceOrder,
 	bPushBuffer: bucketPushBuffer,
+	// Streams (streams.go).
+	bStreamQueries: bucketStreamQueries, bStreamNames: bucketStreamNames,
+	bStreamSources: bucketStreamSources, bStreamState: bucketStreamState,
 }
 
 func newTx(btx *bolt.Tx, s *Store) *Tx {
@@ -1441,6 +1448,9 @@ func (t *Tx) DeleteQueue(q *Queue) error {
 		if err := t.deletePrefix(b, be64(q.ID)); err != nil {
 			return err
 		}
+	}
+	if err := t.deleteStreamStateOf(q.Name); err != nil {
+		return err
 	}
 	if err := t.del(bQueueIDs, be64(q.ID)); err != nil {
 		return err

@@ -120,7 +120,8 @@ func (t *Tx) DeleteBufferedPush(b *BufferedPush) error {
 // earlier build of the same schema lacks (a leader not yet upgraded): it is
 // still whole, and opening it creates them empty, as Open does for a state
 // file. Every other bucket missing from a snapshot means it is damaged.
-var bucketsAddedLater = [][]byte{bucketTraces, bucketTraceNames, bucketTraceOrder, bucketPushBuffer}
+var bucketsAddedLater = [][]byte{bucketTraces, bucketTraceNames, bucketTraceOrder, bucketPushBuffer,
+	bucketStreamQueries, bucketStreamNames, bucketStreamSources, bucketStreamState}
 
 func addedLater(name []byte) bool {
 	for _, b := range bucketsAddedLater {
