@@ -114,6 +114,25 @@ func (s *Server) forwardEarly(w http.ResponseWriter, r *http.Request, body []byt
 	return s.fwd.relay(w, r, body, leader)
 }
 
+// receive is the first half of a write handler: it reads the body, relays
+// the request to the leader when this node follows a known one, and parses
+// it. ok is false when it has written the response.
+func receive[C any](s *Server, w http.ResponseWriter, r *http.Request, parse func([]byte) (C, *apiError)) (body []byte, c C, ok bool) {
+	body, aerr := readBody(r, s.cfg.Limits.MaxBodyBytes)
+	if aerr != nil {
+		writeError(w, aerr)
+		return nil, c, false
+	}
+	if s.forwardEarly(w, r, body) {
+		return nil, c, false
+	}
+	if c, aerr = parse(body); aerr != nil {
+		writeError(w, aerr)
+		return nil, c, false
+	}
+	return body, c, true
+}
+
 // commit applies cmd through Raft and returns its result. On a follower, or
 // when leadership moves mid-request, it forwards the original request to
 // the leader and relays the leader's answer unchanged; it then returns

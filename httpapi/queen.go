@@ -13,17 +13,8 @@ func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 // ---- configure ----
 
 func (s *Server) handleConfigure(w http.ResponseWriter, r *http.Request) {
-	body, aerr := readBody(r, s.cfg.Limits.MaxBodyBytes)
-	if aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	if s.forwardEarly(w, r, body) {
-		return
-	}
-	c, aerr := parseConfigure(body)
-	if aerr != nil {
-		writeError(w, aerr)
+	body, c, ok := receive(s, w, r, parseConfigure)
+	if !ok {
 		return
 	}
 	if c.Options.EncryptionEnabled && !s.cfg.Key.Enabled() {

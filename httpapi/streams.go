@@ -20,17 +20,8 @@ import (
 
 // POST /streams/v1/queries
 func (s *Server) handleStreamQueries(w http.ResponseWriter, r *http.Request) {
-	body, aerr := readBody(r, s.cfg.Limits.MaxBodyBytes)
-	if aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	if s.forwardEarly(w, r, body) {
-		return
-	}
-	c, aerr := parseStreamRegister(body)
-	if aerr != nil {
-		writeError(w, aerr)
+	body, c, ok := receive(s, w, r, parseStreamRegister)
+	if !ok {
 		return
 	}
 	res, ok := s.commit(w, r, body, c)

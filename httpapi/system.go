@@ -70,17 +70,8 @@ func (s *Server) handleGetMaintenance(w http.ResponseWriter, r *http.Request) {
 
 // POST /api/v1/system/maintenance
 func (s *Server) handleSetMaintenance(w http.ResponseWriter, r *http.Request) {
-	body, aerr := readBody(r, s.cfg.Limits.MaxBodyBytes)
-	if aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	if s.forwardEarly(w, r, body) {
-		return
-	}
-	on, aerr := parseEnabled(body)
-	if aerr != nil {
-		writeError(w, aerr)
+	body, on, ok := receive(s, w, r, parseEnabled)
+	if !ok {
 		return
 	}
 	c := &fsm.SetMaintenance{Enabled: on}
@@ -130,17 +121,8 @@ func (s *Server) handleGetPopMaintenance(w http.ResponseWriter, r *http.Request)
 
 // POST /api/v1/system/maintenance/pop
 func (s *Server) handleSetPopMaintenance(w http.ResponseWriter, r *http.Request) {
-	body, aerr := readBody(r, s.cfg.Limits.MaxBodyBytes)
-	if aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	if s.forwardEarly(w, r, body) {
-		return
-	}
-	on, aerr := parseEnabled(body)
-	if aerr != nil {
-		writeError(w, aerr)
+	body, on, ok := receive(s, w, r, parseEnabled)
+	if !ok {
 		return
 	}
 	res, ok := s.commit(w, r, body, &fsm.SetPopMaintenance{Enabled: on})

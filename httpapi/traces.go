@@ -23,17 +23,8 @@ const (
 
 // POST /api/v1/traces
 func (s *Server) handleAddTrace(w http.ResponseWriter, r *http.Request) {
-	body, aerr := readBody(r, s.cfg.Limits.MaxBodyBytes)
-	if aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	if s.forwardEarly(w, r, body) {
-		return
-	}
-	c, aerr := parseAddTrace(body)
-	if aerr != nil {
-		writeError(w, aerr)
+	body, c, ok := receive(s, w, r, parseAddTrace)
+	if !ok {
 		return
 	}
 	res, ok := s.commit(w, r, body, c)
