@@ -51,16 +51,11 @@ func applyStreamRegister(a *applier, c *StreamRegister) any {
 // dead letters, group state) is rolled back and the other commands of the
 // batch are unaffected.
 func applyStreamCycle(a *applier, c *StreamCycle) any {
-	sp := a.tx.Savepoint()
-	res := a.streamCycle(c)
-	if res.Success {
-		a.tx.Release(sp)
-		return res
-	}
-	must(a.tx.RollbackTo(sp))
-	if res.Refused != nil {
-		a.recordOverflow(res.Refused)
-	}
+	var res *StreamCycleResult
+	a.atomically(func() (bool, *Refusal) {
+		res = a.streamCycle(c)
+		return res.Success, res.Refused
+	})
 	return res
 }
 

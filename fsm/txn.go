@@ -48,17 +48,29 @@ func (a *applier) atomicTransaction(c *Transaction, principal string) *Transacti
 	if r := a.transactionDuringMaintenance(c); r != nil {
 		return r // system_apply.go
 	}
+	var res *TransactionResult
+	a.atomically(func() (bool, *Refusal) {
+		res = a.transaction(c, principal)
+		return res.Success, res.Refused
+	})
+	return res
+}
+
+// atomically runs fn under a savepoint: its writes stay when it reports
+// success and are rolled back whole when it does not (the other commands of
+// the batch are unaffected), and a refusal that made it fail is recorded
+// after the rollback, so the overflow counters survive it.
+func (a *applier) atomically(fn func() (ok bool, refused *Refusal)) {
 	sp := a.tx.Savepoint()
-	res := a.transaction(c, principal)
-	if res.Success {
+	ok, ref := fn()
+	if ok {
 		a.tx.Release(sp)
-		return res
+		return
 	}
 	must(a.tx.RollbackTo(sp))
-	if res.Refused != nil {
-		a.recordOverflow(res.Refused)
+	if ref != nil {
+		a.recordOverflow(ref)
 	}
-	return res
 }
 
 func (a *applier) transaction(c *Transaction, principal string) *TransactionResult {
