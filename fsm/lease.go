@@ -15,6 +15,12 @@ func applyLease(a *applier, c *Lease) any { return a.lease(c, "") }
 // reached) or refuse the principal (access.consumers).
 func (a *applier) lease(c *Lease, principal string) any {
 	res := &LeaseResult{Group: c.Group}
+	// Pop maintenance (queen-api.md 3.17) is decided here too, not only by
+	// the HTTP layer's check: a pop proposed before the switch was applied
+	// is ordered after it by the log and delivers nothing.
+	if must1(loadSetting(a.tx, settingPopMaintenance)).On {
+		return res
+	}
 	queues := candidateQueues(a.tx, c)
 	if c.Scope != ScopeDiscovery {
 		for _, q := range queues {

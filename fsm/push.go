@@ -35,6 +35,21 @@ type pushTarget struct {
 // OJS rules (docs/queues.md) can refuse the whole request: then nothing is
 // written and the refusal is returned.
 func (a *applier) pushAs(items []PushItem, principal string) ([]PushItemResult, *Refusal) {
+	return a.pushWith(items, principal, gateAll)
+}
+
+// Which OJS gates a push passes (checkIntake, checkCapacity).
+const (
+	// gateAll: a push as it arrives.
+	gateAll = iota
+	// gateDeletion: a push admitted earlier (buffered during push
+	// maintenance, when its state and access rules were checked) meets
+	// only a deletion begun since; capacity does not refuse what was
+	// already accepted.
+	gateDeletion
+)
+
+func (a *applier) pushWith(items []PushItem, principal string, gates int) ([]PushItemResult, *Refusal) {
 	results := make([]PushItemResult, len(items))
 	queues := make(map[string]*segments.Queue)
 	type partKey struct {
@@ -70,6 +85,12 @@ func (a *applier) pushAs(items []PushItem, principal string) ([]PushItemResult, 
 		}
 		q := a.queueForPush(name)
 		queues[name] = q
+		if gates == gateDeletion {
+			if q.OJS != nil && q.OJS.Deletion != nil {
+				return nil, &Refusal{Code: RefuseDeleting, Queue: q.Name}
+			}
+			continue
+		}
 		if q.OJS != nil && q.OJS.Gate != 0 {
 			if r := checkIntake(q, principal); r != nil {
 				return nil, r

@@ -123,11 +123,27 @@ func applySetPopMaintenance(a *applier, c *SetPopMaintenance) any {
 
 // bufferIfMaintenance answers a push while push maintenance is on: the
 // whole request goes into the buffer, or, when the buffer has no room for
-// all of it, nothing does. It returns nil when the mode is off.
+// all of it, nothing does. It returns nil when the mode is off. The queues'
+// state and access rules (checkIntake) are applied now, as to any push: a
+// buffered push is an accepted one, and the drain only refuses it for a
+// queue deleted since.
 func (a *applier) bufferIfMaintenance(items []PushItem, principal string) *PushResult {
 	set := must1(loadSetting(a.tx, settingPushMaintenance))
 	if !set.On {
 		return nil
+	}
+	for i := range items {
+		if i > 0 && items[i].Queue == items[i-1].Queue {
+			continue
+		}
+		q := must1(a.tx.Queue(items[i].Queue))
+		if q == nil || q.OJS == nil || q.OJS.Gate == 0 {
+			continue
+		}
+		if ref := checkIntake(q, principal); ref != nil {
+			a.recordOverflow(ref)
+			return &PushResult{Items: make([]PushItemResult, len(items)), Refused: ref}
+		}
 	}
 	b := &segments.BufferedPush{Principal: principal, AcceptedAt: a.now, Items: make([]segments.BufferedItem, len(items))}
 	var size uint64
@@ -154,7 +170,9 @@ func (a *applier) bufferIfMaintenance(items []PushItem, principal string) *PushR
 
 // drainPushBuffer pushes every buffered request, oldest first, each as the
 // push it was (same items, same principal) at this entry's time: dedup
-// windows and the queues' OJS rules are those in force now.
+// windows are those in force now. Its state and access rules were checked
+// when it was buffered and capacity does not refuse it; only a queue whose
+// deletion began since refuses it, as the deletion would have removed it.
 func (a *applier) drainPushBuffer() DrainStats {
 	var st DrainStats
 	for _, b := range must1(a.tx.BufferedPushes(0)) {
@@ -165,7 +183,7 @@ func (a *applier) drainPushBuffer() DrainStats {
 		}
 		must(a.tx.DeleteBufferedPush(b))
 		st.Requests++
-		res, ref := a.pushAs(items, b.Principal)
+		res, ref := a.pushWith(items, b.Principal, gateDeletion)
 		if ref != nil {
 			a.recordOverflow(ref)
 			st.Refused += uint64(len(items))

@@ -294,3 +294,50 @@ func TestSystemDeterminismRandom(t *testing.T) {
 		t.Fatal("batched replay differs")
 	}
 }
+
+// A push buffered during push maintenance is an accepted push: its queue's
+// state and access rules are applied when it is buffered (a refused push is
+// refused then, not dropped at the drain), and the drain lets capacity
+// bounds reached meanwhile stand aside rather than lose it.
+func TestSystemBufferedPushIsAdmittedWhenBuffered(t *testing.T) {
+	m := newMachine(t)
+	prod := []string{"svc-a"}
+	m.ojsOK(&OJSCreateQueue{Name: "acl", Config: QueueConfig{Producers: &prod}})
+	m.ojsOK(&OJSCreateQueue{Name: "cap", Config: QueueConfig{MaxDepth: i64(1)}})
+	m.maintenance(true)
+	if r := m.pushAs("svc-b", item("acl", "", "1", `1`), item("acl", "", "2", `2`)); r.Refused == nil ||
+		r.Refused.Code != RefuseDenied || r.Buffered() {
+		t.Fatalf("a push the access list refuses: %+v", r)
+	}
+	if r := m.pushAs("svc-a", item("acl", "", "3", `3`)); !r.Buffered() {
+		t.Fatalf("an allowed push: %+v", r)
+	}
+	if r := m.push(item("cap", "", "c1", `1`), item("cap", "", "c2", `2`)); !r.Buffered() {
+		t.Fatalf("a push past a capacity the buffer cannot judge yet: %+v", r)
+	}
+	d := m.maintenance(false).Drained
+	if d.Queued != 3 || d.Refused != 0 {
+		t.Fatalf("drained %+v, want the three accepted messages queued", d)
+	}
+	if got := txids(m.popAs("svc-a", wild("acl", 10))); !reflect.DeepEqual(got, []string{"3"}) {
+		t.Fatalf("acl holds %v", got)
+	}
+	if got := txids(m.pop(wild("cap", 10))); !reflect.DeepEqual(got, []string{"c1", "c2"}) {
+		t.Fatalf("cap holds %v", got)
+	}
+}
+
+// Pop maintenance is ordered by the log: a pop that passed the HTTP check
+// but applies after the switch delivers nothing.
+func TestSystemPopMaintenanceHoldsAtApply(t *testing.T) {
+	m := newMachine(t)
+	m.push(items("q", "p", "a", "b")...)
+	m.apply(&SetPopMaintenance{Enabled: true})
+	if r := m.pop(Lease{Queue: "q", Batch: 10}); r.Count() != 0 || r.LeaseID != ([16]byte{}) {
+		t.Fatalf("pop during pop maintenance: %+v", r)
+	}
+	m.apply(&SetPopMaintenance{Enabled: false})
+	if got := txids(m.pop(Lease{Queue: "q", Batch: 10})); !reflect.DeepEqual(got, []string{"a", "b"}) {
+		t.Fatalf("after switching off %v", got)
+	}
+}

@@ -185,3 +185,27 @@ func TestTracesGoWithTheirMessages(t *testing.T) {
 		return nil
 	})
 }
+
+// An OJS backlog purge that cuts a segment after its live leased head
+// deletes the cut messages' trace events too, so the totals stay true.
+func TestTracesGoWhenAPurgeCutsTheirSegment(t *testing.T) {
+	m := newMachine(t)
+	m.ojsOK(&OJSCreateQueue{Name: "q"})
+	m.push(items("q", "p", "1", "2", "3", "4")...)
+	lr := m.pop(wild("q", 1))
+	pid := m.partition("q", "p").UUID
+	for _, tx := range []string{"3", "4"} {
+		m.trace(AddTrace{PartitionID: pid, TxID: tx, EventType: "e" + tx, Names: []string{"nm"}})
+	}
+	m.ojsOK(&OJSPurgeQueue{Name: "q", States: PurgeBacklog})
+	if got := must1(m.f.MessageTraces(pid, "3")); len(got) != 0 {
+		t.Fatalf("traces of a purged message %v", got)
+	}
+	if byName, _, _ := m.f.TracesByName("nm", 10, 0); len(byName) != 0 {
+		t.Fatalf("by name after the purge %v", traceTypes(byName))
+	}
+	if c, size := m.traceTotals(); c != 0 || size != 0 {
+		t.Fatalf("totals after the purge: %d events, %d bytes", c, size)
+	}
+	m.ack(QueueMode, ackAll(lr, AckCompleted)...)
+}

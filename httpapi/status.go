@@ -247,12 +247,16 @@ func (s *Server) handleStatusAnalytics(w http.ResponseWriter, r *http.Request) {
 		"from": formatMillis(from.UnixMicro()), "to": formatMillis(to.UnixMicro())})
 }
 
-// GET /api/v1/status/buffers: Crown has no push side-buffer (a push is
-// answered once committed), so nothing is ever pending or failed in one;
-// dbHealthy reports whether the local state can be read.
-func (s *Server) handleStatusBuffers(w http.ResponseWriter, _ *http.Request) {
-	_, err := s.state.Counters()
-	writeJSON(w, http.StatusOK, map[string]any{"pending": 0, "failed": 0, "dbHealthy": err == nil, "worker": 0})
+// GET /api/v1/status/buffers: pending is what push maintenance holds in its
+// buffer (system.go); nothing fails in it (a push that does not fit is
+// refused whole). dbHealthy reports whether the local state can be read.
+func (s *Server) handleStatusBuffers(w http.ResponseWriter, r *http.Request) {
+	if aerr := s.readBarrier(r); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	sw, err := s.state.SystemSwitches()
+	writeJSON(w, http.StatusOK, map[string]any{"pending": sw.Buffer.Messages, "failed": 0, "dbHealthy": err == nil, "worker": 0})
 }
 
 // The dashboard series of queen-api.md 3.14. Crown keeps none of them, so

@@ -264,6 +264,11 @@ func (t *Tx) TruncateSegment(p *Partition, first uint64, keep uint64) (uint64, e
 			return 0, err
 		}
 	}
+	// The dropped messages' trace events go with them, as DeleteSegment's
+	// do: a later deletion of the kept head covers only its own offsets.
+	if err := t.deleteTraces(p.ID, first+keep, first+count); err != nil {
+		return 0, err
+	}
 	ref, err := t.appendSegmentBlob(r.Header.CreatedAt, r.Header.BaseSeq, kept)
 	if err != nil {
 		return 0, err
