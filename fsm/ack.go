@@ -59,8 +59,11 @@ func (s *ackSession) finishDeletions() {
 // so a batch of acks reads and writes each (partition, group) once, and
 // remembers which lease each partition held when the command started.
 type ackSession struct {
-	a       *applier
-	group   string
+	a     *applier
+	group string
+	// cycle marks a stream cycle's session, whose dead letters record a
+	// retry count of 0 (queen-api.md 3.18: dead-lettered immediately).
+	cycle   bool
 	cursors map[uint64]*groupCursor
 	order   []*groupCursor // first-touch order, for a deterministic flush
 }
@@ -296,7 +299,7 @@ func (s *ackSession) deadLetter(c *groupCursor, off uint64, errText string) {
 		errText = "Retries exhausted"
 	}
 	retry := uint64(0)
-	if c.g != nil {
+	if c.g != nil && !s.cycle {
 		retry = c.g.Retry
 	}
 	must(s.a.tx.AddDeadLetter(&segments.DeadLetter{

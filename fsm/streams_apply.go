@@ -144,9 +144,17 @@ func (a *applier) streamAck(c *StreamCycle) (*StreamAckResult, string) {
 		return nil, "Unknown status: " + it.StatusText
 	}
 	s := a.newAckSession(c.Group)
+	s.cycle = true
 	t, ok := s.resolve(&it)
 	if !ok {
 		return nil, ErrUnresolvable
+	}
+	// The lease is a cycle's fence against a stale worker (3.18: a lease
+	// that is not live fails the whole cycle), so it is checked first, even
+	// for a message already consumed, which a plain ack accepts under any
+	// lease: a worker whose lease expired must not write state or push.
+	if it.HasLease && (it.LeaseID != t.cur.leaseAtStart || t.cur.leaseAtStart == [16]byte{}) {
+		return nil, ErrInvalidLease
 	}
 	r := s.apply(&it, t, true)
 	if !r.Success {

@@ -535,3 +535,45 @@ func TestStreamCycleDuringPushMaintenance(t *testing.T) {
 		t.Errorf("cycle without pushes %+v", c)
 	}
 }
+
+// A cycle is fenced by its lease (3.18): a worker whose lease expired, and
+// whose message another worker has since consumed, fails whole: no state
+// row and no push of it survive. Its dead letters record retry count 0.
+func TestStreamCycleStaleLeaseFailsWhole(t *testing.T) {
+	m := newMachine(t)
+	id, part := streamSetup(m, "t1", "t2")
+	stale := m.mustPop(Lease{Queue: "orders", Group: "g", Batch: 2, LeaseSeconds: 1})
+	m.advance(2 * time.Second)
+	fresh := m.mustPop(Lease{Queue: "orders", Group: "g", Batch: 2})
+	if c := m.cycle(StreamCycle{QueryID: id, PartitionID: part, Group: "g", Ops: []StateOp{upsert("sum", `"B"`)},
+		HasAck: true, ReleaseLease: true, Ack: AckItem{TxID: "t2", LeaseID: fresh.LeaseID, HasLease: true, Status: AckCompleted}}); !c.Success {
+		t.Fatalf("fresh cycle %+v", c)
+	}
+	c := m.cycle(StreamCycle{QueryID: id, PartitionID: part, Group: "g", Ops: []StateOp{upsert("sum", `"A-stale"`)},
+		Items:  []PushItem{item("totals", "c42", "out-A", `{}`)},
+		HasAck: true, Ack: AckItem{TxID: "t2", LeaseID: stale.LeaseID, HasLease: true, Status: AckCompleted}})
+	if c.Success || c.Error != "ack failed: "+ErrInvalidLease {
+		t.Fatalf("stale cycle %+v", c)
+	}
+	rows, _, err := m.f.StreamState(StreamStateQuery{QueryID: id, PartitionID: part})
+	if err != nil || len(rows) != 1 || string(rows[0].Value) != `"B"` {
+		t.Fatalf("state after the stale cycle %+v %v", rows, err)
+	}
+	if m.queue("totals") != nil && len(txids(m.pop(Lease{Queue: "totals", Batch: 10}))) != 0 {
+		t.Fatal("the stale cycle's push survived")
+	}
+
+	// Dead-lettered by a cycle: retry count 0, whatever the group's counter.
+	configureWith(m, "orders", func(o *segments.Options) { o.RetryLimit = 5 })
+	m.push(items("orders", "p", "t3")...)
+	first := m.mustPop(Lease{Queue: "orders", Group: "g", Batch: 1})
+	m.ack("g", ackAll(first, AckFailed)...) // the counter is 1 now
+	again := m.mustPop(Lease{Queue: "orders", Group: "g", Batch: 1})
+	if c := m.cycle(StreamCycle{QueryID: id, PartitionID: part, Group: "g", HasAck: true,
+		Ack: AckItem{TxID: "t3", LeaseID: again.LeaseID, HasLease: true, Status: AckFailed}}); !c.Success || !c.Ack.DLQ {
+		t.Fatalf("dlq cycle %+v", c)
+	}
+	if dl := m.deadLetters("orders"); len(dl) != 1 || dl[0].TxID != "t3" || dl[0].RetryCount != 0 {
+		t.Fatalf("dead letters %+v", dl)
+	}
+}

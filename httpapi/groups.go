@@ -99,11 +99,12 @@ func (s *Server) handleGetGroup(w http.ResponseWriter, r *http.Request) {
 }
 
 // queryBoolDefaultTrue reads a boolean query parameter whose default is
-// true: only "false" and "0" turn it off (queen-api.md 1.2 makes every other
-// value the default rather than an error).
+// true: absent or empty it is the default; otherwise, as every boolean
+// parameter (queen-api.md 1.2), it is true only for "true" and "1". For
+// deleteMetadata an unclear value therefore keeps the records.
 func queryBoolDefaultTrue(r *http.Request, name string) bool {
 	v := r.URL.Query().Get(name)
-	return v != "false" && v != "0"
+	return v == "" || v == "true" || v == "1"
 }
 
 // checkPathNames refuses path names over the name limit with a 400 naming the
