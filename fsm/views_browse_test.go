@@ -455,3 +455,37 @@ func TestLastSegmentBefore(t *testing.T) {
 		return nil
 	})
 }
+
+// The commit walk of the status and analytics views reads commitChunk
+// segment references per read transaction and resumes below the last one:
+// a partition with more segments than a chunk is counted exactly once.
+func TestCommitWalkAcrossChunks(t *testing.T) {
+	m := newMachine(t)
+	const n = commitChunk*2 + 17
+	cmds := make([]Command, 0, n)
+	for i := 0; i < n; i++ {
+		cmds = append(cmds, &Push{Items: items("q", "p", fmt.Sprintf("a%d", i))})
+	}
+	m.apply(cmds...) // one segment per push, all at one instant
+	if segs := m.partition("q", "p").Segments; segs != n {
+		t.Fatalf("%d segments, want %d: the walk would not cross a chunk", segs, n)
+	}
+	m.advance(time.Minute)
+	m.push(items("q", "p", "late1", "late2")...)
+	b, ok := NewBuckets(m.now.Add(-time.Hour).UnixMicro(), m.now.UnixMicro(), time.Minute.Microseconds())
+	if !ok {
+		t.Fatal("buckets")
+	}
+	counts := must1(m.f.CreatedPerBucket(Scope{Queue: "q"}, b))
+	var total uint64
+	for _, c := range counts {
+		total += c
+	}
+	if total != n+2 || counts[len(counts)-1] != 2 || counts[len(counts)-2] != n {
+		t.Fatalf("total %d, last buckets %v, want %d then 2", total, counts[len(counts)-2:], n)
+	}
+	st := must1(m.f.Status(Scope{Queue: "q"}, b, m.now.UnixMicro()))
+	if st.Points[0].Ingested != 2 || st.Points[1].Ingested != n {
+		t.Fatalf("status series %+v", st.Points[:2])
+	}
+}

@@ -199,11 +199,21 @@ func queueScan(tx *segments.Tx, q *segments.Queue, now int64, part func(*segment
 // each of the partition's segments committed in [from, before), newest
 // first. It reads segment references only, never a blob.
 func forEachCommit(tx *segments.Tx, p *segments.Partition, from, before int64, fn func(createdAt int64, n uint64)) {
+	forEachCommitFrom(tx, p, from, before, ^uint64(0), false, func(si segments.SegmentInfo) bool {
+		fn(si.CreatedAt, si.Count)
+		return true
+	})
+}
+
+// forEachCommitFrom is forEachCommit resumable: with resume set it starts at
+// the segment whose first offset is at most maxFirst (where an earlier walk
+// stopped), and it stops when fn returns false.
+func forEachCommitFrom(tx *segments.Tx, p *segments.Partition, from, before int64, maxFirst uint64, resume bool,
+	fn func(segments.SegmentInfo) bool) {
 	if p.Messages == 0 || p.LastCreatedAt < from {
 		return
 	}
-	maxFirst := ^uint64(0)
-	if p.LastCreatedAt >= before {
+	if !resume && p.LastCreatedAt >= before {
 		seg, ok := must2(tx.LastSegmentBefore(p, p.NextOffset-1, before))
 		if !ok {
 			return
@@ -211,10 +221,9 @@ func forEachCommit(tx *segments.Tx, p *segments.Partition, from, before int64, f
 		maxFirst = seg.First
 	}
 	must(tx.SegmentsReverseFrom(p, maxFirst, func(si segments.SegmentInfo) (bool, error) {
-		if si.CreatedAt < from {
-			return false, nil
+		if si.CreatedAt < from || si.CreatedAt >= before {
+			return si.CreatedAt >= before, nil // newer than the range: skip; older: done
 		}
-		fn(si.CreatedAt, si.Count)
-		return true, nil
+		return fn(si), nil
 	}))
 }

@@ -65,27 +65,65 @@ type Scope struct {
 // are no longer counted).
 func (f *FSM) CreatedPerBucket(s Scope, b Buckets) ([]uint64, error) {
 	out := make([]uint64, b.Count)
-	err := f.View(func(tx *segments.Tx) (err error) {
-		defer recoverStorage(&err)
-		for _, q := range scopeQueues(tx, s.Queue, s.Namespace, s.Task) {
-			forEachScopePartition(tx, q, "", func(p *segments.Partition) {
-				countCommits(tx, p, b, out)
-			})
-		}
-		return nil
-	})
-	if err != nil {
+	if err := f.countCommits(s, b, out); err != nil {
 		return nil, fmt.Errorf("messages per bucket: %w", err)
 	}
 	return out, nil
 }
 
-func countCommits(tx *segments.Tx, p *segments.Partition, b Buckets, into []uint64) {
-	forEachCommit(tx, p, b.Start, b.End(), func(at int64, n uint64) {
-		if i, ok := b.index(at); ok {
-			into[i] += n
+// commitChunk bounds the segment references one read transaction of a
+// range walk reads. A read transaction holds the pages it can see from
+// reuse and delays a remap of a growing file, so a dashboard asking for
+// years of history must not hold one for all of it: the walk goes a chunk at
+// a time, each partition resuming below the last segment it counted. The
+// counts of a walk that spans commits may mix instants; they are statistics.
+const commitChunk = 4096
+
+// countCommits adds the messages committed in each bucket over the
+// partitions in scope into into, commitChunk segments per read transaction.
+func (f *FSM) countCommits(s Scope, b Buckets, into []uint64) error {
+	var parts []uint64
+	err := f.View(func(tx *segments.Tx) (err error) {
+		defer recoverStorage(&err)
+		for _, q := range scopeQueues(tx, s.Queue, s.Namespace, s.Task) {
+			forEachScopePartition(tx, q, "", func(p *segments.Partition) { parts = append(parts, p.ID) })
 		}
+		return nil
 	})
+	if err != nil {
+		return err
+	}
+	for _, pid := range parts {
+		maxFirst, started := ^uint64(0), false
+		for more := true; more; {
+			more = false
+			err := f.View(func(tx *segments.Tx) (err error) {
+				defer recoverStorage(&err)
+				p := must1(tx.PartitionByID(pid))
+				if p == nil {
+					return nil // deleted meanwhile
+				}
+				n := 0
+				forEachCommitFrom(tx, p, b.Start, b.End(), maxFirst, started, func(si segments.SegmentInfo) bool {
+					if n == commitChunk {
+						maxFirst, more = si.First, true
+						return false
+					}
+					n++
+					if i, ok := b.index(si.CreatedAt); ok {
+						into[i] += si.Count
+					}
+					return true
+				})
+				started = true
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // StatusPoint is one bucket of the status throughput series.
@@ -145,10 +183,16 @@ type Status struct {
 // Status computes the status summary for the queues in scope at now.
 func (f *FSM) Status(s Scope, b Buckets, now int64) (*Status, error) {
 	out := &Status{Points: make([]StatusPoint, b.Count), Queues: []StatusQueue{}}
+	// The ingested series walks segment references, a chunk per read
+	// transaction (countCommits); the rest is one consistent view.
+	ingested := make([]uint64, b.Count)
+	if err := f.countCommits(s, b, ingested); err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
 	err := f.View(func(tx *segments.Tx) (err error) {
 		defer recoverStorage(&err)
 		out.Counters = loadCounters(tx)
-		ingested, dlq := make([]uint64, b.Count), make([]uint64, b.Count)
+		dlq := make([]uint64, b.Count)
 		leases := map[[16]byte]bool{}
 		errs := map[string]uint64{}
 		affected := map[uint64]bool{}
@@ -166,7 +210,6 @@ func (f *FSM) Status(s Scope, b Buckets, now int64) (*Status, error) {
 			}
 			v := queueScan(tx, q, now, func(p *segments.Partition, pv PartitionView) {
 				sq.TotalConsumed += pv.Consumed
-				countCommits(tx, p, b, ingested)
 				live := false
 				must(tx.ForEachGroup(p.ID, func(_ string, g *segments.Group) (bool, error) {
 					if !g.LeaseLive(now) {
