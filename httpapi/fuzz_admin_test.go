@@ -133,3 +133,19 @@ func FuzzParseEnabled(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseSubscriptionTimestamp(f *testing.F) {
+	for _, s := range []string{`{"subscriptionTimestamp":"2026-05-01T00:00:00Z"}`, `{"subscriptionTimestamp":5}`, `{}`, ``} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		ts, err := parseSubscriptionTimestamp(body)
+		if err != nil {
+			checkRefusal(t, err)
+			return
+		}
+		if ts.text == "" {
+			t.Fatalf("accepted an empty timestamp as %v", ts.Time)
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
+	"time"
 
 	"github.com/gorilla/mux"
 
@@ -165,35 +166,11 @@ func decodeOptionalObject(body []byte) (map[string]json.RawMessage, *apiError) {
 
 // POST /api/v1/consumer-groups/{group}/subscription
 func (s *Server) handleRewriteSubscription(w http.ResponseWriter, r *http.Request) {
-	body, aerr := s.readOptionalBody(r)
-	if aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	if s.forwardEarly(w, r, body) {
-		return
-	}
-	m, aerr := decodeOptionalObject(body)
-	if aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	const field = "subscriptionTimestamp"
-	ts, present, aerr := optString(m[field], field, "subscriptionTimestamp must be an RFC 3339 timestamp string")
-	if aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	if !present {
-		writeError(w, badRequest(codeMissingField, field, "subscriptionTimestamp is required"))
-		return
-	}
-	t, ok := parseTime(ts)
+	body, ts, ok := receiveWith(s, w, r, s.readOptionalBody, parseSubscriptionTimestamp)
 	if !ok {
-		writeError(w, badRequest(codeInvalidField, field, "subscriptionTimestamp %q is not an RFC 3339 timestamp", ts))
 		return
 	}
-	c := &fsm.RewriteSubscription{Group: pathVar(r, "group"), Start: t.UnixMicro()}
+	c := &fsm.RewriteSubscription{Group: pathVar(r, "group"), Start: ts.UnixMicro()}
 	if aerr := checkPathNames("consumerGroup", c.Group); aerr != nil {
 		writeError(w, aerr)
 		return
@@ -202,23 +179,41 @@ func (s *Server) handleRewriteSubscription(w http.ResponseWriter, r *http.Reques
 	if !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": c.Group, "newTimestamp": ts,
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": c.Group, "newTimestamp": ts.text,
 		"rowsUpdated": res.(*fsm.RewriteSubscriptionResult).Updated})
+}
+
+// subscriptionTimestamp is the body of a subscription rewrite: the time and
+// the text the answer echoes.
+type subscriptionTimestamp struct {
+	time.Time
+	text string
+}
+
+func parseSubscriptionTimestamp(body []byte) (subscriptionTimestamp, *apiError) {
+	m, aerr := decodeOptionalObject(body)
+	if aerr != nil {
+		return subscriptionTimestamp{}, aerr
+	}
+	const field = "subscriptionTimestamp"
+	ts, present, aerr := optString(m[field], field, "subscriptionTimestamp must be an RFC 3339 timestamp string")
+	if aerr != nil {
+		return subscriptionTimestamp{}, aerr
+	}
+	if !present {
+		return subscriptionTimestamp{}, badRequest(codeMissingField, field, "subscriptionTimestamp is required")
+	}
+	t, ok := parseTime(ts)
+	if !ok {
+		return subscriptionTimestamp{}, badRequest(codeInvalidField, field, "subscriptionTimestamp %q is not an RFC 3339 timestamp", ts)
+	}
+	return subscriptionTimestamp{t, ts}, nil
 }
 
 // POST /api/v1/consumer-groups/{group}/queues/{queue}/seek
 func (s *Server) handleSeek(w http.ResponseWriter, r *http.Request) {
-	body, aerr := s.readOptionalBody(r)
-	if aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	if s.forwardEarly(w, r, body) {
-		return
-	}
-	c, aerr := parseSeek(body)
-	if aerr != nil {
-		writeError(w, aerr)
+	body, c, ok := receiveWith(s, w, r, s.readOptionalBody, parseSeek)
+	if !ok {
 		return
 	}
 	c.Group, c.Queue = pathVar(r, "group"), pathVar(r, "queue")
