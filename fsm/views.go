@@ -268,24 +268,14 @@ func (f *FSM) QueueView(name string, now int64, withPartitions bool) (*QueueView
 }
 
 func queueView(tx *segments.Tx, q *segments.Queue, now int64, withPartitions bool) *QueueView {
-	v := &QueueView{Queue: *q}
-	dlq := map[uint64]uint64{}
-	must(tx.ForEachDeadLetter(q.ID, func(d *segments.DeadLetter) (bool, error) {
-		dlq[d.PartitionID]++
-		return true, nil
-	}))
-	must(tx.ForEachPartition(q.ID, "", func(p *segments.Partition) (bool, error) {
-		st, pv := partitionStats(tx, p, now)
-		st.DeadLetter = dlq[p.ID]
-		pv.Stats = st
-		v.Stats.add(st)
-		v.PartitionCount++
-		if withPartitions {
-			v.Partitions = append(v.Partitions, pv)
-		}
-		return true, nil
-	}))
-	return v
+	var parts []PartitionView
+	var collect func(*segments.Partition, PartitionView)
+	if withPartitions {
+		collect = func(_ *segments.Partition, pv PartitionView) { parts = append(parts, pv) }
+	}
+	v := queueScan(tx, q, now, collect, nil)
+	v.Partitions = parts
+	return &v
 }
 
 // ListQueues lists queues matching the tag filters (empty matches all),

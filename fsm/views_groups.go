@@ -62,29 +62,37 @@ type GroupQueueDetail struct {
 func groupPartitionState(tx *segments.Tx, q *segments.Queue, p *segments.Partition, g *segments.Group, now int64) GroupPartitionState {
 	st := GroupPartitionState{Queue: q.Name, Partition: p.Name, PartitionID: p.UUID, Consumed: g.Consumed,
 		LastConsumedAt: g.LastConsumedAt, LeaseActive: g.LeaseLive(now)}
-	start := max(g.Next, p.FirstOffset)
+	st.OffsetLag, st.OldestUnconsumed, st.TimeLag = cursorLag(tx, p, g.Next, now)
+	return st
+}
+
+// cursorLag measures a cursor whose next offset is next on p: the stored
+// messages at or after it, the commit time of the first of them (0 when
+// none), and that message's age in whole seconds at now.
+func cursorLag(tx *segments.Tx, p *segments.Partition, next uint64, now int64) (lag uint64, oldest, ageSeconds int64) {
+	start := max(next, p.FirstOffset)
 	if p.Messages == 0 || start >= p.NextOffset {
-		return st
+		return 0, 0, 0
 	}
 	// Offsets are contiguous unless an OJS purge removed segments from the
 	// middle; only then are the remaining ranges counted.
 	contiguous := p.NextOffset-p.FirstOffset == p.Messages
 	if contiguous {
-		st.OffsetLag = p.NextOffset - start
+		lag = p.NextOffset - start
 	}
 	must(tx.ScanRanges(p, start, func(first, end uint64, createdAt int64) (bool, error) {
-		if st.OldestUnconsumed == 0 {
-			st.OldestUnconsumed = createdAt
+		if oldest == 0 {
+			oldest = createdAt
 		}
 		if !contiguous {
-			st.OffsetLag += end - first
+			lag += end - first
 		}
 		return !contiguous, nil
 	}))
-	if st.OffsetLag > 0 && now > st.OldestUnconsumed {
-		st.TimeLag = (now - st.OldestUnconsumed) / 1e6
+	if lag > 0 && now > oldest {
+		ageSeconds = (now - oldest) / 1e6
 	}
-	return st
+	return lag, oldest, ageSeconds
 }
 
 // everConsumed reports whether the group's state records any consumption.

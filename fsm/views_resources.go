@@ -152,18 +152,8 @@ func partitionLag(tx *segments.Tx, ps *partState, now int64) (lag, age int64, ok
 	case len(ps.named) == 0:
 		return 0, 0, false
 	}
-	p := ps.p
-	from := max(next, p.FirstOffset)
-	if p.Messages == 0 || from >= p.NextOffset {
-		return 0, 0, true
-	}
-	must(tx.ScanRanges(p, from, func(first, end uint64, createdAt int64) (bool, error) {
-		age = max(now-createdAt, 0) / 1_000_000
-		return false, nil
-	}))
-	// Offsets are dense except where retention or truncation removed
-	// messages, which lie before or inside the range: cap by what is stored.
-	return int64(min(p.NextOffset-from, p.Messages)), age, true
+	n, _, age := cursorLag(tx, ps.p, next, now)
+	return int64(n), age, true
 }
 
 // queueScan computes a queue's figures in one pass, calling part (if set)

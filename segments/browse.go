@@ -3,8 +3,6 @@ package segments
 import (
 	"bytes"
 	"fmt"
-
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Reads for the browsing views (message listings, analytics): walks that
@@ -147,24 +145,8 @@ type DeadLetterSummary struct {
 	FailedAt    int64    `msgpack:"failed"`
 }
 
-// ForEachDeadLetterSummary walks a queue's dead letters newest first (by
-// sequence, so by failure time: both grow together) until fn returns false.
+// ForEachDeadLetterSummary walks a queue's dead letters newest first, without
+// their payloads, until fn returns false.
 func (t *Tx) ForEachDeadLetterSummary(qid uint64, fn func(*DeadLetterSummary) (bool, error)) error {
-	prefix := be64(qid)
-	c := t.bucket(bDLQ).Cursor()
-	k, v := c.Seek(key88(qid, ^uint64(0)))
-	if k == nil || !bytes.HasPrefix(k, prefix) {
-		k, v = c.Prev()
-	}
-	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Prev() {
-		d := new(DeadLetterSummary)
-		// Unknown keys (the payload among them) are skipped, not decoded.
-		if err := msgpack.Unmarshal(v, d); err != nil {
-			return fmt.Errorf("dead letter %d of queue %d: %v: %w", u64(k[8:]), qid, err, ErrCorrupt)
-		}
-		if more, err := fn(d); err != nil || !more {
-			return err
-		}
-	}
-	return nil
+	return forEachDeadLetterNewest(t, qid, fn)
 }

@@ -1,7 +1,6 @@
 package segments
 
 import (
-	"encoding/binary"
 	"fmt"
 )
 
@@ -44,11 +43,8 @@ func ParseSubKey(k []byte) (SubScope, error) {
 
 // cutName reads one length-prefixed name (appendName) off the front of b.
 func cutName(b []byte) (rest []byte, name string, err error) {
-	n, w := binary.Uvarint(b)
-	if w <= 0 || uint64(len(b)-w) < n {
-		return nil, "", ErrCorrupt
-	}
-	return b[w+int(n):], string(b[w : w+int(n)]), nil
+	field, rest, err := readBytes(b)
+	return rest, string(field), err
 }
 
 // ForEachSubscriptionRecord walks every subscription record of every group,

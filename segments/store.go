@@ -1290,6 +1290,14 @@ func (t *Tx) AddDeadLetter(d *DeadLetter) error {
 
 // ForEachDeadLetter walks a queue's dead letters newest first.
 func (t *Tx) ForEachDeadLetter(qid uint64, fn func(*DeadLetter) (bool, error)) error {
+	return forEachDeadLetterNewest(t, qid, fn)
+}
+
+// forEachDeadLetterNewest walks a queue's dead-letter rows newest first (by
+// sequence, so by failure time: both grow together), decoding each into a
+// new T: the whole entry, or a summary whose missing fields (the payload)
+// are skipped rather than copied.
+func forEachDeadLetterNewest[T any](t *Tx, qid uint64, fn func(*T) (bool, error)) error {
 	prefix := be64(qid)
 	c := t.bucket(bDLQ).Cursor()
 	k, v := c.Seek(key88(qid, ^uint64(0)))
@@ -1297,9 +1305,9 @@ func (t *Tx) ForEachDeadLetter(qid uint64, fn func(*DeadLetter) (bool, error)) e
 		k, v = c.Prev()
 	}
 	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Prev() {
-		d := new(DeadLetter)
+		d := new(T)
 		if err := unmarshalMsgpack(v, d); err != nil {
-			return err
+			return fmt.Errorf("dead letter %d of queue %d: %w", u64(k[8:]), qid, err)
 		}
 		if more, err := fn(d); err != nil || !more {
 			return err

@@ -207,11 +207,11 @@ func (t *Tx) TracesByName(name string, offset int, fn func(*TraceEvent) (bool, e
 func (t *Tx) ForEachTraceName(fn func(TraceNameRef) error) error {
 	c := t.bucket(bTraceNames).Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
-		n, w := binary.Uvarint(k)
-		if w <= 0 || uint64(len(k)) != uint64(w)+n+8 || len(v) != 24 {
+		name, seq, err := readBytes(k)
+		if err != nil || len(seq) != 8 || len(v) != 24 {
 			return fmt.Errorf("trace name row %x: %w", k, ErrCorrupt)
 		}
-		ref := TraceNameRef{Name: string(k[w : w+int(n)]), Seq: u64(k[w+int(n):]),
+		ref := TraceNameRef{Name: string(name), Seq: u64(seq),
 			PartitionID: u64(v), Offset: u64(v[8:]), CreatedAt: int64(u64(v[16:]))}
 		if err := fn(ref); err != nil {
 			return err
