@@ -35,6 +35,9 @@ type PopCheck struct {
 	// Maintenance is set while pop maintenance is on (queen-api.md 3.17):
 	// every pop answers 204 at once, and nothing else was checked.
 	Maintenance bool
+	// Encrypted is set when a queue in scope has encryptionEnabled: a node
+	// without the key refuses a pop naming such a queue before leasing.
+	Encrypted bool
 }
 
 // CheckPop evaluates a pop against the local state at now without changing
@@ -90,6 +93,7 @@ func (f *FSM) CheckPopAs(c *Lease, principal string, now int64, count bool) (Pop
 		}
 		forEachCandidate(tx, c, func(q *segments.Queue) {
 			pc.MinPopWait = max(pc.MinPopWait, q.Options.MinPopWaitTime)
+			pc.Encrypted = pc.Encrypted || q.Options.EncryptionEnabled
 			blocked = false
 			if q.OJS != nil && q.OJS.Gate != 0 {
 				var denied bool

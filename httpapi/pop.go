@@ -153,7 +153,7 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 				s.waiters.remove(wt)
 				return // the client left: claim nothing
 			}
-			delivered, done := s.attemptPop(w, r, c)
+			delivered, done := s.attemptPop(w, r, c, check.Encrypted)
 			if done || delivered {
 				s.waiters.remove(wt)
 				return
@@ -221,11 +221,11 @@ func (s *Server) fillWait(ctx context.Context, ms int64, deadline time.Time) {
 // attemptPop proposes the lease on the leader, or asks the leader to try one
 // (wait=false) from a follower. delivered reports a 200 written; done
 // reports any other response written (an error).
-func (s *Server) attemptPop(w http.ResponseWriter, r *http.Request, c *fsm.Lease) (delivered, done bool) {
+func (s *Server) attemptPop(w http.ResponseWriter, r *http.Request, c *fsm.Lease, encrypted bool) (delivered, done bool) {
 	if !s.cluster.IsLeader() {
 		return s.forwardPop(w, r)
 	}
-	if aerr := s.canOpen(c); aerr != nil {
+	if aerr := s.canOpen(c, encrypted); aerr != nil {
 		writeError(w, aerr)
 		return false, true
 	}
@@ -257,17 +257,14 @@ func (s *Server) attemptPop(w http.ResponseWriter, r *http.Request, c *fsm.Lease
 	return true, false
 }
 
-// canOpen refuses, before anything is leased, a pop of a queue with
-// encryptionEnabled on a node that has no key to open its messages, as a
-// push to it is refused: leasing first would hide the batch from every
-// consumer until the lease expired (and consume it, with autoAck).
-func (s *Server) canOpen(c *fsm.Lease) *apiError {
-	if s.cfg.Key.Enabled() || c.Queue == "" {
+// canOpen refuses, before anything is leased, a pop naming a queue with
+// encryptionEnabled (encrypted, from the pop check's own view) on a node
+// that has no key to open its messages, as a push to it is refused:
+// leasing first would hide the batch from every consumer until the lease
+// expired (and consume it, with autoAck).
+func (s *Server) canOpen(c *fsm.Lease, encrypted bool) *apiError {
+	if s.cfg.Key.Enabled() || c.Queue == "" || !encrypted {
 		return nil
-	}
-	enc, err := s.state.QueueEncryption([]string{c.Queue})
-	if err != nil || !enc[c.Queue] {
-		return nil // the pop itself reports a storage error
 	}
 	return badRequest(codeEncryption, "queue", "queue %q has encryptionEnabled and this node has no QUEEN_ENCRYPTION_KEY; nothing was leased", c.Queue)
 }
