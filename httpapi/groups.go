@@ -25,7 +25,7 @@ func (s *Server) handleListGroups(w http.ResponseWriter, r *http.Request) {
 	}
 	rows, err := s.state.ConsumerGroups(nowMicros())
 	if err != nil {
-		writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
+		internalError(w, err)
 		return
 	}
 	out := make([]map[string]any, len(rows))
@@ -58,7 +58,7 @@ func (s *Server) handleLaggingGroups(w http.ResponseWriter, r *http.Request) {
 	}
 	rows, err := s.state.LaggingPartitions(minLag, nowMicros())
 	if err != nil {
-		writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
+		internalError(w, err)
 		return
 	}
 	out := make([]map[string]any, len(rows))
@@ -81,7 +81,7 @@ func (s *Server) handleGetGroup(w http.ResponseWriter, r *http.Request) {
 	}
 	queues, err := s.state.ConsumerGroup(pathVar(r, "group"), nowMicros())
 	if err != nil {
-		writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
+		internalError(w, err)
 		return
 	}
 	out := make(map[string]any, len(queues))
@@ -104,8 +104,8 @@ func (s *Server) handleGetGroup(w http.ResponseWriter, r *http.Request) {
 // parameter (queen-api.md 1.2), it is true only for "true" and "1". For
 // deleteMetadata an unclear value therefore keeps the records.
 func queryBoolDefaultTrue(r *http.Request, name string) bool {
-	v := r.URL.Query().Get(name)
-	return v == "" || v == "true" || v == "1"
+	q := r.URL.Query()
+	return q.Get(name) == "" || queryBool(q, name)
 }
 
 // checkPathNames refuses path names over the name limit with a 400 naming the

@@ -67,10 +67,6 @@ func queryRange(q url.Values, now time.Time, span time.Duration) (from, to time.
 	return from, to, nil
 }
 
-func internalError(w http.ResponseWriter, err error) {
-	writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
-}
-
 func optUUID(id [16]byte, ok bool) any {
 	if !ok {
 		return nil
@@ -145,7 +141,7 @@ func (s *Server) handleGetMessage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest(codeInvalidField, "partitionId", "partitionId must be a UUID, got %q", pathVar(r, "partitionId")))
 		return
 	}
-	d, err := s.state.Message(pid, pathVar(r, "transactionId"), time.Now().UnixMicro())
+	d, err := s.state.Message(pid, pathVar(r, "transactionId"), nowMicros())
 	if err != nil {
 		internalError(w, err)
 		return

@@ -47,19 +47,29 @@ func (s *Server) handleListQueues(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"queues": out})
 }
 
-// GET /api/v1/resources/queues/{queue}
-func (s *Server) handleGetQueue(w http.ResponseWriter, r *http.Request) {
+// queueDetail reads the {queue} of the path with its partitions, behind the
+// read barrier; ok is false when it has answered (404 for an unknown queue).
+func (s *Server) queueDetail(w http.ResponseWriter, r *http.Request) (*fsm.QueueView, bool) {
 	if aerr := s.readBarrier(r); aerr != nil {
 		writeError(w, aerr)
-		return
+		return nil, false
 	}
 	v, err := s.state.QueueView(pathVar(r, "queue"), nowMicros(), true)
 	if err != nil {
-		writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
-		return
+		internalError(w, err)
+		return nil, false
 	}
 	if v == nil {
 		writeError(w, &apiError{Status: 404, Code: codeNotFound, Message: "Queue not found"})
+		return nil, false
+	}
+	return v, true
+}
+
+// GET /api/v1/resources/queues/{queue}
+func (s *Server) handleGetQueue(w http.ResponseWriter, r *http.Request) {
+	v, ok := s.queueDetail(w, r)
+	if !ok {
 		return
 	}
 	parts := make([]map[string]any, len(v.Partitions))

@@ -74,6 +74,11 @@ func writeBody(w http.ResponseWriter, status int, b []byte) {
 	w.Write(b)
 }
 
+// internalError answers 500 with a storage or state error.
+func internalError(w http.ResponseWriter, err error) {
+	writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
+}
+
 func writeError(w http.ResponseWriter, e *apiError) {
 	body := map[string]any{"error": e.Message, "code": e.Code}
 	if e.Field != "" {

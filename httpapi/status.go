@@ -121,7 +121,7 @@ func (s *Server) handleStatusQueues(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	views, err := s.state.StatusQueues(q.Get("namespace"), q.Get("task"), limit, offset, time.Now().UnixMicro())
+	views, err := s.state.StatusQueues(q.Get("namespace"), q.Get("task"), limit, offset, nowMicros())
 	if err != nil {
 		internalError(w, err)
 		return
@@ -139,17 +139,8 @@ func (s *Server) handleStatusQueues(w http.ResponseWriter, r *http.Request) {
 
 // GET /api/v1/status/queues/{queue}
 func (s *Server) handleStatusQueue(w http.ResponseWriter, r *http.Request) {
-	if aerr := s.readBarrier(r); aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	v, err := s.state.QueueView(pathVar(r, "queue"), time.Now().UnixMicro(), true)
-	if err != nil {
-		internalError(w, err)
-		return
-	}
-	if v == nil {
-		writeError(w, &apiError{Status: 404, Code: codeNotFound, Message: "Queue not found"})
+	v, ok := s.queueDetail(w, r)
+	if !ok {
 		return
 	}
 	parts := make([]map[string]any, len(v.Partitions))
@@ -188,7 +179,7 @@ func (s *Server) handleStatusQueueMessages(w http.ResponseWriter, r *http.Reques
 		writeError(w, aerr)
 		return
 	}
-	msgs, ok, err := s.state.QueueMessages(pathVar(r, "queue"), limit, offset, time.Now().UnixMicro())
+	msgs, ok, err := s.state.QueueMessages(pathVar(r, "queue"), limit, offset, nowMicros())
 	if err != nil {
 		internalError(w, err)
 		return

@@ -61,7 +61,7 @@ func (s *Server) handleGetMaintenance(w http.ResponseWriter, r *http.Request) {
 	}
 	sw, err := s.state.SystemSwitches()
 	if err != nil {
-		writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
+		internalError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"maintenanceMode": sw.Maintenance, "popMaintenanceMode": sw.PopMaintenance,
@@ -113,7 +113,7 @@ func (s *Server) handleGetPopMaintenance(w http.ResponseWriter, r *http.Request)
 	}
 	on, err := s.state.PopMaintenance()
 	if err != nil {
-		writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
+		internalError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"popMaintenanceMode": on, "message": popMaintenanceMessage(on)})
@@ -141,7 +141,7 @@ func (s *Server) handleSharedState(w http.ResponseWriter, r *http.Request) {
 	}
 	st, err := s.state.SharedState()
 	if err != nil {
-		writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
+		internalError(w, err)
 		return
 	}
 	leaderID, _ := s.cluster.Leader()

@@ -27,7 +27,7 @@ func (s *Server) tagsHandler(tasks bool) http.HandlerFunc {
 			writeError(w, aerr)
 			return
 		}
-		ns, ts, err := s.state.Tags(time.Now().UnixMicro())
+		ns, ts, err := s.state.Tags(nowMicros())
 		if err != nil {
 			internalError(w, err)
 			return

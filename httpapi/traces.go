@@ -187,7 +187,7 @@ func (s *Server) handleMessageTraces(w http.ResponseWriter, r *http.Request) {
 	}
 	views, err := s.state.MessageTraces(id, tx)
 	if err != nil {
-		writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
+		internalError(w, err)
 		return
 	}
 	out := make([]map[string]any, len(views))
@@ -223,7 +223,7 @@ func (s *Server) handleTracesByName(w http.ResponseWriter, r *http.Request) {
 	}
 	views, total, err := s.state.TracesByName(name, limit, offset)
 	if err != nil {
-		writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
+		internalError(w, err)
 		return
 	}
 	out := make([]map[string]any, len(views))
@@ -258,7 +258,7 @@ func (s *Server) handleTraceNames(w http.ResponseWriter, r *http.Request) {
 	}
 	views, total, err := s.state.TraceNames(limit, offset)
 	if err != nil {
-		writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
+		internalError(w, err)
 		return
 	}
 	out := make([]map[string]any, len(views))
