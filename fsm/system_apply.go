@@ -26,6 +26,8 @@ const (
 )
 
 // maintenanceSetting is the stored value of a switch.
+// A switch's row exists exactly while it is on: every push, pop check and
+// lease reads it, and a missing row is found without decoding anything.
 type maintenanceSetting struct {
 	On    bool  `msgpack:"on"`
 	Since int64 `msgpack:"since"` // unix µs it was last switched on
@@ -98,7 +100,7 @@ func applySetMaintenance(a *applier, c *SetMaintenance) any {
 		must(storeSetting(a.tx, settingPushMaintenance, cur))
 	} else {
 		if cur.On {
-			must(storeSetting(a.tx, settingPushMaintenance, maintenanceSetting{Since: cur.Since}))
+			must(a.tx.DeleteSetting(settingPushMaintenance))
 		}
 		res.Drained = a.drainPushBuffer()
 	}
@@ -110,10 +112,10 @@ func applySetPopMaintenance(a *applier, c *SetPopMaintenance) any {
 	cur := must1(loadSetting(a.tx, settingPopMaintenance))
 	if cur.On != c.Enabled {
 		if c.Enabled {
-			cur.Since = a.now
+			must(storeSetting(a.tx, settingPopMaintenance, maintenanceSetting{On: true, Since: a.now}))
+		} else {
+			must(a.tx.DeleteSetting(settingPopMaintenance))
 		}
-		cur.On = c.Enabled
-		must(storeSetting(a.tx, settingPopMaintenance, cur))
 		// Parked long-polls re-check at once: switched on, they answer 204;
 		// switched off, they may claim what they were held from.
 		a.events.All = true

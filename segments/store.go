@@ -1383,6 +1383,9 @@ func (t *Tx) Setting(name string) []byte { return bytes.Clone(t.get(bSettings, [
 // PutSetting writes a cluster-wide setting.
 func (t *Tx) PutSetting(name string, v []byte) error { return t.put(bSettings, []byte(name), v) }
 
+// DeleteSetting removes a cluster-wide setting.
+func (t *Tx) DeleteSetting(name string) error { return t.del(bSettings, []byte(name)) }
+
 // ---- bulk deletion ----
 
 // DeletePrefix removes every key with the prefix from a bucket (by index).
