@@ -288,12 +288,10 @@ func (f *FSM) ListQueues(namespace, task string, now int64) ([]QueueView, error)
 	var out []QueueView
 	err := f.View(func(tx *segments.Tx) (err error) {
 		defer recoverStorage(&err)
-		return tx.ForEachQueue(func(q *segments.Queue) (bool, error) {
-			if (namespace == "" || q.Namespace == namespace) && (task == "" || q.Task == task) {
-				out = append(out, *queueView(tx, q, now, false))
-			}
-			return true, nil
-		})
+		for _, q := range scopeQueues(tx, "", namespace, task) {
+			out = append(out, *queueView(tx, q, now, false))
+		}
+		return nil
 	})
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].Queue.CreatedAt != out[j].Queue.CreatedAt {
