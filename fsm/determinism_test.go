@@ -228,14 +228,16 @@ func (g *generator) step() {
 			}
 		}
 		g.commit(&Transaction{Ops: ops})
-	case k < 94: // leader housekeeping, group administration (groups_test.go) and OJS administration (ojs_determinism_test.go)
-		switch g.pick(5) {
+	case k < 94: // leader housekeeping, group administration (groups_test.go), message deletion and OJS administration (ojs_determinism_test.go)
+		switch g.pick(6) {
 		case 0:
 			g.commit(&Sweep{Queue: genQueues[g.pick(len(genQueues))], MaxSegments: uint32(1 + g.pick(5))})
 		case 1:
 			g.commit(&ExpireLeases{Grace: int64(g.pick(30)) * 1e6, Max: uint32(1 + g.pick(4))})
 		case 2:
 			g.commit(g.groupsCommand())
+		case 3:
+			g.commit(g.deleteMessage())
 		default:
 			g.commit(g.ojsCommand())
 		}

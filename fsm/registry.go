@@ -55,6 +55,8 @@ var registry = [...]commandSpec{
 	// Streams queries and cycles (streams_commands.go, streams_apply.go).
 	TypeStreamRegister: spec("stream_register", applyStreamRegister),
 	TypeStreamCycle:    spec("stream_cycle", applyStreamCycle),
+	// Message deletion (message_delete.go).
+	TypeDeleteMessage: spec("delete_message", applyDeleteMessage),
 }
 
 func spec[C any, PC interface {

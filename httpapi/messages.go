@@ -8,8 +8,7 @@ import (
 	"github.com/crownmq/crown/fsm"
 )
 
-// Message browsing (queen-api.md 3.12). The DELETE of a message is not
-// served: it needs a command of its own.
+// Message browsing and deletion (queen-api.md 3.12).
 
 // queryPage reads limit (clamped to maxLimit: a shorter page is still a
 // correct one) and offset (refused past maxOffset: clamping would answer
@@ -181,4 +180,32 @@ func (s *Server) handleGetMessage(w http.ResponseWriter, r *http.Request) {
 			"consumedByGroups": d.Mode.ConsumedBy, "type": d.Mode.Type()},
 		"consumerGroups": groups,
 	})
+}
+
+// DELETE /api/v1/messages/{partitionId}/{transactionId}: 200 whether or not
+// the message existed (queen-api.md 3.12), success telling which.
+func (s *Server) handleDeleteMessage(w http.ResponseWriter, r *http.Request) {
+	if s.forwardEarly(w, r, nil) {
+		return
+	}
+	pid, ok := parseUUID(pathVar(r, "partitionId"))
+	if !ok {
+		writeError(w, badRequest(codeInvalidField, "partitionId", "partitionId must be a UUID, got %q", pathVar(r, "partitionId")))
+		return
+	}
+	c := &fsm.DeleteMessage{Partition: pid, TxID: pathVar(r, "transactionId")}
+	if aerr := checkPathNames("transactionId", c.TxID); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	res, ok := s.commit(w, r, nil, c)
+	if !ok {
+		return
+	}
+	body := map[string]any{"success": true, "partitionId": formatUUID(pid), "transactionId": c.TxID,
+		"message": "Message deleted successfully"}
+	if !res.(*fsm.DeleteMessageResult).Found {
+		body["success"], body["message"] = false, "Message not found"
+	}
+	writeJSON(w, http.StatusOK, body)
 }

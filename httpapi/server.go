@@ -197,6 +197,7 @@ func (s *Server) routes() *mux.Router {
 	handle("GET", "/api/v1/resources/overview", "overview", s.handleOverview)
 	handle("GET", "/api/v1/messages", "messages", s.handleListMessages)
 	handle("GET", "/api/v1/messages/{partitionId}/{transactionId:.+}", "message", s.handleGetMessage)
+	handle("DELETE", "/api/v1/messages/{partitionId}/{transactionId:.+}", "message_delete", s.handleDeleteMessage)
 	handle("GET", "/api/v1/status", "status", s.handleStatus)
 	handle("GET", "/api/v1/status/queues", "status_queues", s.handleStatusQueues)
 	handle("GET", "/api/v1/status/queues/{queue}", "status_queue", s.handleStatusQueue)

@@ -2,7 +2,6 @@ package segments
 
 import (
 	"bytes"
-	"fmt"
 )
 
 // The OJS view of a queue (docs/queues.md): its state, policy binding,
@@ -211,79 +210,6 @@ func (t *Tx) DeleteDeadLetters(qid uint64) (uint64, error) {
 }
 
 // ---- segments ----
-
-// TruncateSegment keeps only the first keep messages of the segment that
-// starts at first (keep 0 deletes it), updating p (the caller stores p). The
-// offsets after them become a gap, which readers skip. It returns the number
-// of messages removed.
-func (t *Tx) TruncateSegment(p *Partition, first uint64, keep uint64) (uint64, error) {
-	if keep == 0 {
-		return t.DeleteSegment(p, first)
-	}
-	v := t.segmentRef(p, first)
-	if v == nil {
-		return 0, nil
-	}
-	old, blob, err := t.segmentBlob(v)
-	if err != nil {
-		return 0, fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
-	}
-	r, err := NewSegmentReader(blob)
-	if err != nil {
-		return 0, fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
-	}
-	count := uint64(r.Header.Count)
-	if keep >= count {
-		return 0, nil
-	}
-	var kept []Message
-	var dropped []string
-	var droppedBytes uint64
-	for {
-		var m Message
-		idx, ok, err := r.Next(&m)
-		if err != nil {
-			return 0, fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
-		}
-		if !ok {
-			break
-		}
-		if uint64(idx) < keep {
-			m.TxID = string(m.TxID)
-			m.ProducerSub = string(m.ProducerSub)
-			m.Payload = bytes.Clone(m.Payload)
-			kept = append(kept, m)
-			continue
-		}
-		dropped = append(dropped, m.TxID)
-		droppedBytes += uint64(len(m.Payload))
-	}
-	for i, tx := range dropped {
-		off := first + keep + uint64(i)
-		if err := t.delTxIDIfAt(p.QueueID, p.ID, tx, off, off+1); err != nil {
-			return 0, err
-		}
-	}
-	// The dropped messages' trace events go with them, as DeleteSegment's
-	// do: a later deletion of the kept head covers only its own offsets.
-	if err := t.deleteTraces(p.ID, first+keep, first+count); err != nil {
-		return 0, err
-	}
-	ref, err := t.appendSegmentBlob(r.Header.CreatedAt, r.Header.BaseSeq, kept)
-	if err != nil {
-		return 0, err
-	}
-	if err := t.replaceSegmentRef(p, first, ref.encode()); err != nil {
-		return 0, err
-	}
-	if err := t.freeBlob(old); err != nil {
-		return 0, err
-	}
-	removed := count - keep
-	p.Messages -= removed
-	p.Bytes -= droppedBytes
-	return removed, nil
-}
 
 // QueueCount counts the stored queues.
 func (t *Tx) QueueCount() uint64 {

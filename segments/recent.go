@@ -103,6 +103,35 @@ func (t *Tx) addSegmentRef(p *Partition, first uint64, ref []byte) error {
 	return nil
 }
 
+// insertSegmentRef records the reference of a segment of p that starts at
+// first, between stored segments (DeleteMessage's cut; the caller stores p).
+// It goes where the invariant puts it: into the record when the record holds
+// an older segment, else into the bucket.
+func (t *Tx) insertSegmentRef(p *Partition, first uint64, ref []byte) error {
+	n := p.recentCount()
+	if n == 0 || first < u64(p.recent) {
+		return t.put(bSegments, key88(p.ID, first), ref)
+	}
+	if n >= recentMax {
+		if err := t.flushRecent(p); err != nil {
+			return err
+		}
+		return t.put(bSegments, key88(p.ID, first), ref)
+	}
+	i := 0
+	for ; i < n; i++ {
+		if f, _ := p.recentAt(i); f > first {
+			break
+		}
+	}
+	b := make([]byte, 0, len(p.recent)+recentEntry)
+	b = append(b, p.recent[:i*recentEntry]...)
+	b = binary.BigEndian.AppendUint64(b, first)
+	b = append(b, ref...)
+	p.recent = append(b, p.recent[i*recentEntry:]...)
+	return nil
+}
+
 // flushRecent moves the references p's record holds to the segments bucket
 // (the caller stores p).
 func (t *Tx) flushRecent(p *Partition) error {

@@ -270,6 +270,37 @@ func TestClusterRoundRobinPushesReadableEverywhere(t *testing.T) {
 			t.Errorf("%s: local read right after its push answered: total %d, want %d (read-your-writes)", n.ID(), q.Totals.Total, want)
 		}
 	}
+	// Message deletion through every node, forwarded by the followers: the
+	// middle, first and last message of one push (one segment, cut apart on
+	// every node alike, which the digests below compare), each visible in
+	// the answering node's local state at once.
+	var cut []tc.PushItem
+	for i := range nodes {
+		cut = append(cut, tc.PushItem{Queue: rrQueue, Partition: "cut", Payload: i, TransactionID: fmt.Sprintf("cut-%d", i)})
+	}
+	pushed, _, err := rrRetry(ctx, &retries, func() ([]tc.PushResult, error) { return nodes[0].Client().Push(ctx, cut) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := uint64(rrTotal + len(nodes) + len(cut))
+	for i, n := range nodes {
+		tx := cut[(i+1)%len(cut)].TransactionID
+		var res struct {
+			Success bool   `json:"success"`
+			Message string `json:"message"`
+		}
+		if _, err := n.Client().Do(ctx, "DELETE", "/api/v1/messages/"+pushed[0].PartitionID+"/"+tx, nil, &res); err != nil || !res.Success {
+			t.Fatalf("delete %s through %s: %+v %v", tx, n.ID(), res, err)
+		}
+		total--
+		q, err := n.Client().Queue(ctx, rrQueue, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q.Totals.Total != total {
+			t.Errorf("%s: local read right after its delete answered: total %d, want %d", n.ID(), q.Totals.Total, total)
+		}
+	}
 	if _, err := c.WaitConverged(20 * time.Second); err != nil {
 		t.Fatal(err)
 	}

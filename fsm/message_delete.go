@@ -1,0 +1,91 @@
+package fsm
+
+import (
+	"fmt"
+
+	"github.com/crownmq/crown/segments"
+)
+
+// TypeDeleteMessage removes one message (queen-api.md 3.12).
+const TypeDeleteMessage Type = 37
+
+// DeleteMessage removes the message with TxID (its newest occurrence) from
+// the partition with the UUID Partition, for every consumer group. Dead
+// letters of it are kept, as retention keeps them.
+type DeleteMessage struct {
+	_msgpack  struct{} `msgpack:",as_array"`
+	Partition [16]byte
+	TxID      string
+}
+
+func (*DeleteMessage) Type() Type { return TypeDeleteMessage }
+
+// Validate checks the command's limits.
+func (c *DeleteMessage) Validate() error { return checkNames("transactionId", c.TxID) }
+
+// DeleteMessageResult answers a DeleteMessage.
+type DeleteMessageResult struct {
+	Found bool // the message was stored, and is now deleted
+}
+
+// applyDeleteMessage cuts the message out of its segment (segments.DeleteMessage):
+// its offset becomes a gap that pops skip, and an ack naming it no longer
+// resolves. A group whose live batch ended with it would otherwise hold its
+// lease until expiry even after acking everything left (a batch ends when the
+// position passes its last message, which nothing can ack now), so its batch
+// ends at the last message still stored in it, or at once when none is.
+func applyDeleteMessage(a *applier, c *DeleteMessage) any {
+	p := must1(a.tx.PartitionByUUID(c.Partition))
+	if p == nil {
+		return &DeleteMessageResult{}
+	}
+	off, ok := must2(a.tx.TxIDOffset(p.QueueID, p.ID, c.TxID))
+	if !ok {
+		return &DeleteMessageResult{}
+	}
+	if !must1(a.tx.DeleteMessage(p, off)) {
+		must(fmt.Errorf("partition %d: transaction id %q indexed at offset %d, which holds no message: %w",
+			p.ID, c.TxID, off, segments.ErrCorrupt))
+	}
+	must(a.tx.PutPartition(p))
+	type batch struct {
+		name string
+		g    segments.Group
+	}
+	var cut []batch
+	must(a.tx.ForEachGroup(p.ID, func(name string, g *segments.Group) (bool, error) {
+		if g.HasBatch() && g.LeaseLast == off {
+			cut = append(cut, batch{name, *g})
+		}
+		return true, nil
+	}))
+	ended := false
+	for i := range cut {
+		g := &cut[i].g
+		var last uint64 // the batch's last stored offset; 0: none is left
+		must(a.tx.ScanRanges(p, g.Next, func(first, end uint64, _ int64) (bool, error) {
+			if first >= off {
+				return false, nil
+			}
+			last = min(end, off) - 1
+			return true, nil
+		}))
+		if last != 0 {
+			g.LeaseLast = last
+		} else {
+			if g.HasLease() {
+				must(a.tx.UnindexLease(g.LeaseID, p.ID, cut[i].name))
+			}
+			g.EndBatch()
+			ended = true
+		}
+		must(a.tx.PutGroup(p.ID, cut[i].name, g))
+	}
+	if ended {
+		// The partition is free for these groups again: wake parked pops.
+		if q := must1(a.tx.QueueByID(p.QueueID)); q != nil {
+			a.events.touch(q.Name)
+		}
+	}
+	return &DeleteMessageResult{Found: true}
+}
