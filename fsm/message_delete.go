@@ -35,11 +35,7 @@ type DeleteMessageResult struct {
 // position passes its last message, which nothing can ack now), so its batch
 // ends at the last message still stored in it, or at once when none is.
 func applyDeleteMessage(a *applier, c *DeleteMessage) any {
-	p := must1(a.tx.PartitionByUUID(c.Partition))
-	if p == nil {
-		return &DeleteMessageResult{}
-	}
-	off, ok := must2(a.tx.TxIDOffset(p.QueueID, p.ID, c.TxID))
+	p, off, ok := a.messageAt(c.Partition, c.TxID)
 	if !ok {
 		return &DeleteMessageResult{}
 	}

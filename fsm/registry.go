@@ -121,3 +121,16 @@ func (a *applier) newID() [16]byte {
 	seq := must1(a.tx.ReserveIDs(1))
 	return segments.MessageID(a.now, seq)
 }
+
+// messageAt resolves a message named as the HTTP API names it, by its
+// partition's UUID and its transaction id, to its partition and offset. The
+// transaction-id index holds an id exactly as long as its message is stored,
+// and names the newest message holding it.
+func (a *applier) messageAt(partition [16]byte, txID string) (*segments.Partition, uint64, bool) {
+	p := must1(a.tx.PartitionByUUID(partition))
+	if p == nil {
+		return nil, 0, false
+	}
+	off, ok := must2(a.tx.TxIDOffset(p.QueueID, p.ID, txID))
+	return p, off, ok
+}

@@ -12,13 +12,7 @@ import (
 // maxWait, OJS purge) and with its queue.
 
 func applyAddTrace(a *applier, c *AddTrace) any {
-	p := must1(a.tx.PartitionByUUID(c.PartitionID))
-	if p == nil {
-		return &AddTraceResult{}
-	}
-	// The index holds an id exactly as long as its message is stored, and
-	// names the newest message holding it.
-	off, ok := must2(a.tx.TxIDOffset(p.QueueID, p.ID, c.TxID))
+	p, off, ok := a.messageAt(c.PartitionID, c.TxID)
 	if !ok {
 		return &AddTraceResult{}
 	}
