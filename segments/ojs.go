@@ -209,8 +209,6 @@ func (t *Tx) DeleteDeadLetters(qid uint64) (uint64, error) {
 	return n, t.deletePrefix(bDLQ, be64(qid))
 }
 
-// ---- segments ----
-
 // QueueCount counts the stored queues.
 func (t *Tx) QueueCount() uint64 {
 	var n uint64
