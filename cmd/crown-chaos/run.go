@@ -87,6 +87,7 @@ Needs root for the netns backend. Ctrl-C stops the run and cleans up.
 	fs.Float64Var(&o.wl.PushRate, "push-rate", 4, "push requests per second per producer")
 	fs.Float64Var(&o.wl.FailureRate, "consumer-failure-rate", 0.15, "share of batches consumers mishandle on purpose")
 	fs.IntVar(&o.wl.LeaseSeconds, "lease", 5, "leaseSeconds of every pop")
+	fs.BoolVar(&o.wl.Deletes, "deletes", true, "also push to queue "+workload.DeleteQueue+" and delete one message of each push (DELETE /api/v1/messages), then check every node agrees on what is left")
 	fs.StringVar(&o.subnet, "subnet", "10.77.0", "netns: first three octets of the /24 the nodes live in")
 	fs.StringVar(&o.crowndArgs, "crownd-args", "", "netns: extra crownd flags (space separated)")
 	fs.StringVar(&o.composeFile, "compose-file", "scripts/docker/docker-compose.yml", "docker: compose file")
@@ -394,6 +395,9 @@ func (r *runner) run(ctx context.Context) (rc int) {
 	}
 	r.wl.StopConsumers()
 	r.final(ctx, queues, parts)
+	if wc.Deletes {
+		r.verifyDeletes(ctx)
+	}
 	cleanup()
 	if ctx.Err() != nil {
 		r.logf("interrupted")
@@ -670,6 +674,20 @@ func (r *runner) awaitConvergence(ctx context.Context, wait time.Duration) []his
 
 // final records the state after the drain: digests, once equal, and the
 // stored messages per partition on every node.
+// verifyDeletes reads back what the deletion worker confirmed through every
+// node (workload/deletes.go); a disagreement is a failure of the run.
+func (r *runner) verifyDeletes(ctx context.Context) {
+	problems := r.wl.VerifyDeletes(ctx)
+	for _, p := range problems {
+		r.fail("message deletion: %s", p)
+	}
+	if len(problems) == 0 {
+		dc := r.wl.DeleteCounts()
+		r.note(fmt.Sprintf("message deletion: %d of %d confirmed messages deleted, every node reads exactly the others",
+			dc.Deleted, dc.Pushed))
+	}
+}
+
 func (r *runner) final(ctx context.Context, queues, parts []string) {
 	start := r.hist.Now()
 	st := r.awaitConvergence(ctx, 2*r.o.convergeWait)

@@ -47,6 +47,9 @@ type Config struct {
 	NoFailures        bool     // FailureRate 0 means 0, not the default
 	RequestTimeout    time.Duration
 	Seed              uint64
+	// Deletes runs the message-deletion worker on a queue of its own
+	// (deletes.go).
+	Deletes bool
 }
 
 func (c *Config) defaults() {
@@ -111,6 +114,7 @@ type Workload struct {
 	progressMu    sync.Mutex
 	pushedUpTo    map[string]int64 // "q/p" -> highest seq confirmed (contiguous), -1 none
 	completedUpTo map[string]int64 // "q/p/g" -> highest seq confirmed completed by g
+	dels          deletesState     // the deletion worker's confirmed work (deletes.go)
 }
 
 // New prepares a workload; Start runs it.
@@ -143,6 +147,11 @@ func (w *Workload) Start(ctx context.Context) {
 			w.producers.Add(1)
 			go w.produce(q, p, id)
 		}
+	}
+	if w.cfg.Deletes {
+		id++
+		w.producers.Add(1)
+		go w.deleter(id)
 	}
 	go func() { w.producers.Wait(); close(w.produceDone) }()
 	for _, q := range w.cfg.Queues {

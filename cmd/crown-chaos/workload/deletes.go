@@ -1,0 +1,246 @@
+package workload
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"sort"
+	"time"
+
+	"github.com/crownmq/crown/cmd/crown-chaos/history"
+)
+
+// Message deletion under faults. One worker pushes small batches to a queue
+// of its own (DeleteQueue, outside the checked queues: a deleted message is
+// meant to be missing, which the history checker would call lost), sometimes
+// leases a batch as a group, then deletes one message of each batch through
+// whichever node answers, retrying an unanswered delete until one answers
+// (an answer of "not found" to a retry means an earlier attempt applied).
+// After the drain, VerifyDeletes reads every confirmed message back through
+// every node with a linearizable read: deleted ones must be gone everywhere,
+// the others present. The runner's digest checkpoints, meanwhile, compare
+// what the cuts left on each node.
+
+// DeleteQueue is the queue the deletion worker uses.
+const DeleteQueue = "chaos-del"
+
+// deleteGroup leases batches of DeleteQueue so that some deletions hit a
+// live lease, whose batch the deletion must end or shorten.
+const deleteGroup = "chaos-del-g"
+
+// delMsg is one message of DeleteQueue whose push was confirmed.
+type delMsg struct {
+	txn       string
+	partition string // partition id (UUID)
+	deleted   bool
+	// uncertain: a delete was sent and never answered before the worker
+	// stopped, so the message may or may not be stored; not verified.
+	uncertain bool
+}
+
+// deletesState is what the deletion worker confirmed, for VerifyDeletes.
+type deletesState struct {
+	msgs []*delMsg
+}
+
+// DeleteCounts summarises the deletion worker's confirmed work.
+type DeleteCounts struct {
+	Pushed, Deleted int
+}
+
+// DeleteCounts reports how many messages the deletion worker pushed and deleted.
+func (w *Workload) DeleteCounts() DeleteCounts {
+	w.progressMu.Lock()
+	defer w.progressMu.Unlock()
+	c := DeleteCounts{Pushed: len(w.dels.msgs)}
+	for _, m := range w.dels.msgs {
+		if m.deleted {
+			c.Deleted++
+		}
+	}
+	return c
+}
+
+func (w *Workload) deleter(id uint64) {
+	defer w.producers.Done()
+	rng := rand.New(rand.NewPCG(w.cfg.Seed, id))
+	np := &nodePicker{nodes: w.cfg.Nodes, cur: int(id) % len(w.cfg.Nodes), rng: rng}
+	for n := 0; !w.stopped(w.stopProduce); n++ {
+		part := fmt.Sprintf("d%d", n%2)
+		batch := make([]PushItem, 3)
+		for i := range batch {
+			batch[i] = PushItem{Queue: DeleteQueue, Partition: part, Payload: map[string]int{"n": n, "i": i},
+				TransactionID: fmt.Sprintf("%s-del-%d-%d", w.cfg.RunID, n, i)}
+		}
+		pid, ok := w.retry(np, rng, func(node Node) (string, bool) { return w.pushForDelete(node, batch) })
+		if !ok {
+			return
+		}
+		msgs := make([]*delMsg, len(batch))
+		for i, it := range batch {
+			msgs[i] = &delMsg{txn: it.TransactionID, partition: pid}
+		}
+		w.progressMu.Lock()
+		w.dels.msgs = append(w.dels.msgs, msgs...)
+		w.progressMu.Unlock()
+		if rng.IntN(2) == 0 {
+			// Lease the batch (or part of it): no ack follows, so the
+			// lease stays live until it expires or the deletion ends it.
+			w.once(np, func(node Node) bool { return w.popForDelete(node, part, 1+rng.IntN(3)) })
+		}
+		victim := msgs[rng.IntN(len(msgs))]
+		w.progressMu.Lock()
+		victim.uncertain = true
+		w.progressMu.Unlock()
+		if _, ok := w.retry(np, rng, func(node Node) (string, bool) { return "", w.deleteOnce(node, victim) }); !ok {
+			return
+		}
+		w.progressMu.Lock()
+		victim.deleted, victim.uncertain = true, false
+		w.progressMu.Unlock()
+		w.sleep(300*time.Millisecond+time.Duration(rng.Int64N(int64(400*time.Millisecond))), w.stopProduce)
+	}
+}
+
+// retry runs one request through the gate until it is answered, moving to
+// another node after each failure, for as long as the workload runs (and,
+// once producers stop, until their final deadline). It reports false when
+// the worker must give up.
+func (w *Workload) retry(np *nodePicker, rng *rand.Rand, op func(Node) (string, bool)) (string, bool) {
+	backoff := 100 * time.Millisecond
+	for {
+		if !w.gate.Enter(w.ctx) {
+			return "", false
+		}
+		v, ok := op(np.pick())
+		w.gate.Leave()
+		if ok {
+			return v, true
+		}
+		np.failed()
+		if w.stopped(w.stopProduce) && (w.ctx.Err() != nil || time.Now().UnixNano() > w.finalPushBy.Load()) {
+			return "", false
+		}
+		if !w.sleep(backoff+time.Duration(rng.Int64N(int64(backoff))), nil) {
+			return "", false
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// once runs one request through the gate, whatever its outcome.
+func (w *Workload) once(np *nodePicker, op func(Node) bool) {
+	if !w.gate.Enter(w.ctx) {
+		return
+	}
+	if !op(np.pick()) {
+		np.failed()
+	}
+	w.gate.Leave()
+}
+
+func (w *Workload) request(method, u string, body any) Answer {
+	ctx, cancel := context.WithTimeout(w.ctx, w.cfg.RequestTimeout)
+	defer cancel()
+	return w.client.do(ctx, method, u, body)
+}
+
+// pushForDelete pushes a batch (retries send the same transaction ids, so
+// a repeat answers duplicate) and returns its partition's id.
+func (w *Workload) pushForDelete(node Node, items []PushItem) (string, bool) {
+	a := w.request("POST", node.URL+"/api/v1/push", map[string]any{"items": items})
+	if a.Outcome != history.OK {
+		return "", false
+	}
+	var res []struct {
+		Status      string `json:"status"`
+		PartitionID string `json:"partition_id"`
+	}
+	if err := json.Unmarshal(a.Body, &res); err != nil || len(res) != len(items) {
+		return "", false
+	}
+	for _, r := range res {
+		if r.Status != "queued" && r.Status != "duplicate" || r.PartitionID != res[0].PartitionID {
+			return "", false
+		}
+	}
+	return res[0].PartitionID, true
+}
+
+func (w *Workload) popForDelete(node Node, part string, batch int) bool {
+	q := url.Values{"consumerGroup": {deleteGroup}, "batch": {fmt.Sprint(batch)}, "wait": {"false"},
+		"leaseSeconds": {fmt.Sprint(w.cfg.LeaseSeconds)}}
+	a := w.request("GET", node.URL+"/api/v1/pop/queue/"+DeleteQueue+"/partition/"+part+"?"+q.Encode(), nil)
+	return a.Outcome == history.OK
+}
+
+// deleteOnce sends one delete; an answer of "not found" is a success too,
+// since the message was confirmed stored: an earlier, unanswered attempt
+// deleted it.
+func (w *Workload) deleteOnce(node Node, m *delMsg) bool {
+	a := w.request("DELETE", node.URL+"/api/v1/messages/"+m.partition+"/"+url.PathEscape(m.txn), nil)
+	if a.Outcome != history.OK {
+		return false
+	}
+	var res struct {
+		Success *bool `json:"success"`
+	}
+	return json.Unmarshal(a.Body, &res) == nil && res.Success != nil
+}
+
+// VerifyDeletes reads every confirmed message of DeleteQueue back through
+// every node, linearizably, and lists what disagrees with the deletions:
+// a deleted message still readable, or a message never deleted missing.
+// Call it after the drain, with every node up.
+func (w *Workload) VerifyDeletes(ctx context.Context) []string {
+	w.progressMu.Lock()
+	msgs := make([]delMsg, len(w.dels.msgs))
+	for i, m := range w.dels.msgs {
+		msgs[i] = *m
+	}
+	w.progressMu.Unlock()
+	var problems []string
+	for _, node := range w.cfg.Nodes {
+		for _, m := range msgs {
+			if m.uncertain {
+				continue
+			}
+			status, err := w.readMessage(ctx, node, m)
+			switch {
+			case err != nil:
+				problems = append(problems, fmt.Sprintf("%s: read of %s: %v", node.ID, m.txn, err))
+			case m.deleted && status != http.StatusNotFound:
+				problems = append(problems, fmt.Sprintf("%s: deleted message %s answers %d", node.ID, m.txn, status))
+			case !m.deleted && status != http.StatusOK:
+				problems = append(problems, fmt.Sprintf("%s: message %s, never deleted, answers %d", node.ID, m.txn, status))
+			}
+			if len(problems) >= 20 {
+				sort.Strings(problems)
+				return append(problems, "(stopped at 20)")
+			}
+		}
+	}
+	return problems
+}
+
+// readMessage answers the status of a linearizable read of one message,
+// retrying transport errors and 5xx answers for up to 10 s.
+func (w *Workload) readMessage(ctx context.Context, node Node, m delMsg) (int, error) {
+	u := node.URL + "/api/v1/messages/" + m.partition + "/" + url.PathEscape(m.txn) + "?consistency=linearizable"
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, w.cfg.RequestTimeout)
+		a := w.client.do(rctx, "GET", u, nil)
+		cancel()
+		if a.Status == http.StatusOK || a.Status == http.StatusNotFound {
+			return a.Status, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return 0, fmt.Errorf("no answer: %s", a.Error)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
