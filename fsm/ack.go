@@ -83,6 +83,8 @@ type groupCursor struct {
 	// lease id stays valid for the whole command even after an earlier item
 	// released it (one charge per delivery, queen-api.md 4.10).
 	leaseAtStart [16]byte
+	// leaseLastAtStart is the last offset that lease delivered.
+	leaseLastAtStart uint64
 }
 
 type ackTarget struct {
@@ -102,7 +104,7 @@ func (s *ackSession) cursor(p *segments.Partition) *groupCursor {
 	c.queue = must1(s.a.tx.QueueByID(p.QueueID))
 	c.g = must1(s.a.tx.Group(p.ID, s.group))
 	if g := c.g; g != nil && g.LeaseLive(s.a.now) {
-		c.leaseAtStart = g.LeaseID
+		c.leaseAtStart, c.leaseLastAtStart = g.LeaseID, g.LeaseLast
 		if g.Next <= g.LeaseLast {
 			c.leased = make(map[string]uint64, g.LeaseDelivered)
 			must(s.a.tx.ScanTxIDs(p, g.Next, func(off uint64, txID []byte) (bool, error) {
@@ -140,6 +142,13 @@ func (s *ackSession) resolve(it *AckItem) (ackTarget, bool) {
 	}
 	off, ok := must2(s.a.tx.TxIDOffset(p.QueueID, p.ID, it.TxID))
 	if !ok {
+		return ackTarget{}, false
+	}
+	if it.HasLease && it.LeaseID == c.leaseAtStart && c.leaseLastAtStart != 0 && off > c.leaseLastAtStart {
+		// The lease never delivered it: the id now names a message pushed
+		// after the batch (its leased occurrence was deleted and the id
+		// pushed again). Completing it would move the position past
+		// messages the consumer never received.
 		return ackTarget{}, false
 	}
 	return ackTarget{cur: c, offset: off}, true
@@ -258,9 +267,9 @@ func (s *ackSession) advance(c *groupCursor, off uint64) bool {
 	g := s.state(c)
 	if off+1 > g.Next {
 		if g.Next == 0 {
-			g.Consumed++
+			g.Consumed++ // no position yet: only this message was consumed
 		} else {
-			g.Consumed += off + 1 - g.Next
+			g.Consumed += storedBetween(s.a.tx, c.part, g.Next, off+1)
 		}
 		g.Next = off + 1
 		g.LastConsumedAt = s.a.now

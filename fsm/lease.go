@@ -280,7 +280,7 @@ func (a *applier) tryClaim(p *popState, q *segments.Queue, part *segments.Partit
 		g.Next = start
 	}
 	if c.AutoAck {
-		g.Consumed += last + 1 - g.Next
+		g.Consumed += storedBetween(a.tx, part, g.Next, last+1)
 		g.Next = last + 1
 		g.Batches++
 		g.LastConsumedAt = a.now

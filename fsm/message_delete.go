@@ -50,7 +50,7 @@ func applyDeleteMessage(a *applier, c *DeleteMessage) any {
 	}
 	var cut []batch
 	must(a.tx.ForEachGroup(p.ID, func(name string, g *segments.Group) (bool, error) {
-		if g.HasBatch() && g.LeaseLast == off {
+		if g.HasBatch() && g.Next <= off && off <= g.LeaseLast {
 			cut = append(cut, batch{name, *g})
 		}
 		return true, nil
@@ -58,6 +58,13 @@ func applyDeleteMessage(a *applier, c *DeleteMessage) any {
 	ended := false
 	for i := range cut {
 		g := &cut[i].g
+		// Delivered and not to be acked: the status view counts a batch's
+		// acked messages as delivered minus those left in it.
+		g.LeaseDelivered -= min(g.LeaseDelivered, 1)
+		if g.LeaseLast != off {
+			must(a.tx.PutGroup(p.ID, cut[i].name, g))
+			continue
+		}
 		var last uint64 // the batch's last stored offset; 0: none is left
 		must(a.tx.ScanRanges(p, g.Next, func(first, end uint64, _ int64) (bool, error) {
 			if first >= off {
@@ -72,7 +79,13 @@ func applyDeleteMessage(a *applier, c *DeleteMessage) any {
 			if g.HasLease() {
 				must(a.tx.UnindexLease(g.LeaseID, p.ID, cut[i].name))
 			}
+			// Nothing of the batch is left to ack: it ends as a completed
+			// one would, and the next batch starts with no failures charged.
+			if g.Next >= off {
+				g.Batches++
+			}
 			g.EndBatch()
+			g.Retry = 0
 			ended = true
 		}
 		must(a.tx.PutGroup(p.ID, cut[i].name, g))

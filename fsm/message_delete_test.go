@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/crownmq/crown/segments"
 )
 
 func (m *machine) deleteMessage(pid [16]byte, txid string) *DeleteMessageResult {
@@ -149,5 +151,188 @@ func TestDeleteMessageValidate(t *testing.T) {
 	}
 	if err := (&DeleteMessage{TxID: "ok"}).Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDeleteMessageEndingABatchResetsRetries: a batch that failed twice is
+// ended by the deletion of its only message; the next message starts with no
+// failures charged, so it is not dead-lettered before the queue's retry limit.
+func TestDeleteMessageEndingABatchResetsRetries(t *testing.T) {
+	m := newMachine(t)
+	configureWith(m, "q", func(o *segments.Options) { o.RetryLimit = 2; o.DeadLetterQueue = true })
+	m.push(items("q", "p", "a")...)
+	pid := m.partition("q", "p").UUID
+	for range 2 {
+		r := m.mustPop(Lease{Queue: "q", Group: "g", Batch: 1})
+		if it := m.ack("g", ackTx(pid, "a", r.LeaseID, AckFailed)).Items[0]; !it.Success {
+			t.Fatalf("failed ack %+v", it)
+		}
+		m.advance(time.Millisecond)
+	}
+	m.mustPop(Lease{Queue: "q", Group: "g", Batch: 1}) // a, third delivery
+	if !m.deleteMessage(pid, "a").Found {
+		t.Fatal("delete a")
+	}
+	if g := m.group("q", "p", "g"); g.HasBatch() {
+		t.Fatalf("batch kept %+v", g)
+	}
+	m.push(items("q", "p", "b")...)
+	m.advance(time.Millisecond)
+	r := m.mustPop(Lease{Queue: "q", Group: "g", Batch: 1})
+	if rc := r.Partitions[0].Messages[0].RetryCount; rc != 0 {
+		t.Errorf("b, never failed, delivered with retryCount %d", rc)
+	}
+	// One failure of b: with retryLimit 2 it must be redelivered, not dead-lettered.
+	if it := m.ack("g", ackTx(pid, "b", r.LeaseID, AckFailed)).Items[0]; it.DLQ || it.Dropped {
+		t.Errorf("b dead-lettered after its first failure: %+v", it)
+	}
+}
+
+// TestDeleteMessageGapIsNotCompleted: a message deleted from the middle of a
+// partition leaves an offset gap, which the queue statistics must not count
+// as a completed message.
+func TestDeleteMessageGapIsNotCompleted(t *testing.T) {
+	m := newMachine(t)
+	m.push(items("q", "p", "a1", "a2", "a3", "a4")...)
+	pid := m.partition("q", "p").UUID
+	m.deleteMessage(pid, "a2")
+	r := m.mustPop(Lease{Queue: "q", Batch: 2}) // queue mode: a1, a3
+	if got := txids(r); !reflect.DeepEqual(got, []string{"a1", "a3"}) {
+		t.Fatalf("popped %v", got)
+	}
+	m.ack("", ackAll(r, AckCompleted)...)
+	v := must1(m.f.QueueView("q", m.now.UnixMicro(), false))
+	want := MessageStats{Total: 3, Completed: 2, Pending: 1}
+	if v.Stats != want {
+		t.Errorf("stats %+v, want %+v (a4 is pending)", v.Stats, want)
+	}
+}
+
+// TestDeleteMessageGapIsNotConsumed: an auto-ack pop over a gap left by a
+// deletion delivers two messages and counts two consumed.
+func TestDeleteMessageGapIsNotConsumed(t *testing.T) {
+	m := newMachine(t)
+	m.push(items("q", "p", "a1", "a2", "a3")...)
+	pid := m.partition("q", "p").UUID
+	m.deleteMessage(pid, "a2")
+	r := m.mustPop(Lease{Queue: "q", Group: "g", Batch: 10, AutoAck: true})
+	if r.Count() != 2 {
+		t.Fatalf("delivered %v", txids(r))
+	}
+	if g := m.group("q", "p", "g"); g.Consumed != 2 {
+		t.Errorf("2 messages consumed, counted %d", g.Consumed)
+	}
+}
+
+// TestDeleteMessageGapIsNotProcessing: a deletion before a pop leaves a gap
+// inside the batch, which the statistics must not count as processing.
+func TestDeleteMessageGapIsNotProcessing(t *testing.T) {
+	m := newMachine(t)
+	m.push(items("q", "p", "a1", "a2", "a3", "a4")...)
+	pid := m.partition("q", "p").UUID
+	m.deleteMessage(pid, "a2")
+	if got := txids(m.mustPop(Lease{Queue: "q", Batch: 2})); !reflect.DeepEqual(got, []string{"a1", "a3"}) {
+		t.Fatalf("popped %v", got)
+	}
+	v := must1(m.f.QueueView("q", m.now.UnixMicro(), false))
+	want := MessageStats{Total: 3, Processing: 2, Pending: 1}
+	if v.Stats != want {
+		t.Errorf("stats %+v, want %+v (a4 is pending)", v.Stats, want)
+	}
+}
+
+// TestDeleteMessageGapAndPurgeCount: an OJS purge of the backlog counts a live
+// batch's stored messages, not its offset range, so a gap left by a deletion
+// inside it does not hide a purged message from the count.
+func TestDeleteMessageGapAndPurgeCount(t *testing.T) {
+	m := newMachine(t)
+	m.push(items("pq", "", "1", "2", "3", "4")...)
+	pid := m.partition("pq", "").UUID
+	m.deleteMessage(pid, "2")
+	pr := m.pop(wild("pq", 2))
+	if got := txids(pr); !reflect.DeepEqual(got, []string{"1", "3"}) {
+		t.Fatalf("popped %v", got)
+	}
+	r := m.ojsOK(&OJSPurgeQueue{Name: "pq", States: PurgeBacklog})
+	if got := m.stored("pq", ""); !reflect.DeepEqual(got, []string{"1", "3"}) {
+		t.Fatalf("stored after purge %v", got)
+	}
+	if r.Affected != 1 {
+		t.Errorf("purged 1 message (4), reported %d", r.Affected)
+	}
+}
+
+// TestDeleteMessageThenRepushUnderTheLease: a leased message is deleted and
+// its transaction id pushed again. The consumer acks its batch with its
+// lease: the ack of the deleted message is unresolvable (queen-api.md 3.12)
+// rather than completing the new message, outside the batch, which would
+// move the group past messages it never received.
+func TestDeleteMessageThenRepushUnderTheLease(t *testing.T) {
+	m := newMachine(t)
+	m.push(items("q", "p", "m1", "m2", "m3")...)
+	pid := m.partition("q", "p").UUID
+	r := m.mustPop(Lease{Queue: "q", Group: "g", Batch: 3})
+	if !m.deleteMessage(pid, "m2").Found {
+		t.Fatal("delete m2")
+	}
+	m.push(items("q", "p", "m4", "m5")...)
+	m.push(items("q", "p", "m2")...) // a corrected m2
+	res := m.ack("g", ackTx(pid, "m1", r.LeaseID, AckCompleted), ackTx(pid, "m2", r.LeaseID, AckCompleted),
+		ackTx(pid, "m3", r.LeaseID, AckCompleted))
+	if it := res.Items[1]; it.Resolved {
+		t.Errorf("ack of the deleted m2 resolved: %+v", it)
+	}
+	m.advance(time.Millisecond)
+	if got := m.drainGroup("q", "p", "g"); !reflect.DeepEqual(got, []string{"m4", "m5", "m2"}) {
+		t.Errorf("g then receives %v, want [m4 m5 m2]", got)
+	}
+}
+
+// TestDeleteMessageLeavesNothingAcked: deleting a live batch's last message
+// takes it out of the delivered count, so the status view does not count it
+// as acked.
+func TestDeleteMessageLeavesNothingAcked(t *testing.T) {
+	m := newMachine(t)
+	m.push(items("q", "p", "a1", "a2", "a3")...)
+	pid := m.partition("q", "p").UUID
+	m.mustPop(Lease{Queue: "q", Group: "g", Batch: 3})
+	m.deleteMessage(pid, "a3")
+	b, ok := NewBuckets(m.now.Add(-time.Hour).UnixMicro(), m.now.UnixMicro(), time.Minute.Microseconds())
+	if !ok {
+		t.Fatal("buckets")
+	}
+	st := must1(m.f.Status(Scope{Queue: "q"}, b, m.now.UnixMicro()))
+	if st.Leases.TotalAcked != 0 {
+		t.Errorf("nothing acked; status counts %d acked of %d delivered", st.Leases.TotalAcked, st.Leases.TotalBatchSize)
+	}
+}
+
+// TestDeleteMessageOfARepeatedID: an id stored twice in a partition (pushed
+// again after the dedup window, here with dedup off) names its newest
+// occurrence, and that is what DELETE removes. The older one stays stored and
+// is delivered and acked as any message, but the id no longer addresses it
+// (README): re-pointing the index would mean reading the partition back.
+func TestDeleteMessageOfARepeatedID(t *testing.T) {
+	m := newMachine(t)
+	configureWith(m, "q", func(o *segments.Options) { o.DedupWindowSeconds = 0 })
+	m.push(items("q", "p", "x", "y")...)
+	m.push(items("q", "p", "x")...)
+	pid := m.partition("q", "p").UUID
+	if !m.deleteMessage(pid, "x").Found {
+		t.Fatal("delete x")
+	}
+	if got := m.stored("q", "p"); !reflect.DeepEqual(got, []string{"x", "y"}) {
+		t.Fatalf("stored %v", got)
+	}
+	if m.deleteMessage(pid, "x").Found {
+		t.Fatal("the id still addresses a message")
+	}
+	r := m.mustPop(Lease{Queue: "q", Group: "g", Batch: 10})
+	if got := txids(r); !reflect.DeepEqual(got, []string{"x", "y"}) {
+		t.Fatalf("delivered %v", got)
+	}
+	res := m.ack("g", ackAll(r, AckCompleted)...)
+	if !res.Items[0].Success || !res.Items[1].Success || !res.Items[1].LeaseReleased {
+		t.Fatalf("acks of the batch %+v", res.Items)
 	}
 }

@@ -421,23 +421,7 @@ func partitionBacklog(tx *segments.Tx, p *segments.Partition) uint64 {
 	if p.Messages == 0 {
 		return 0
 	}
-	from := slowest(tx, p)
-	if from >= p.NextOffset {
-		return 0
-	}
-	if p.NextOffset-p.FirstOffset == p.Messages {
-		return p.NextOffset - from // no gaps: offsets are contiguous
-	}
-	// A purge left gaps: count the stored messages before from.
-	var before uint64
-	must(tx.Segments(p, func(si segments.SegmentInfo) (bool, error) {
-		if si.First >= from {
-			return false, nil
-		}
-		before += min(si.Count, from-si.First)
-		return true, nil
-	}))
-	return p.Messages - min(before, p.Messages)
+	return storedBetween(tx, p, slowest(tx, p), p.NextOffset)
 }
 
 // partitionBacklogBytes sums the payload bytes of the backlog, scanning the
@@ -825,9 +809,7 @@ func (a *applier) purgeBacklog(p *segments.Partition) uint64 {
 		g := x.g
 		if g.LeaseLive(a.now) && g.HasBatch() {
 			keepHi = max(keepHi, g.LeaseLast)
-			if g.LeaseLast >= g.Next {
-				leased += g.LeaseLast + 1 - max(g.Next, p.FirstOffset)
-			}
+			leased += storedBetween(a.tx, p, g.Next, g.LeaseLast+1)
 			continue
 		}
 		if g.HasLease() {

@@ -51,7 +51,7 @@ func ojsView(tx *segments.Tx, q *segments.Queue, now int64) OJSQueueView {
 		var active uint64
 		must(tx.ForEachGroup(p.ID, func(_ string, g *segments.Group) (bool, error) {
 			if g.LeaseLive(now) && g.LeaseLast >= g.Next {
-				active = max(active, g.LeaseLast+1-max(g.Next, p.FirstOffset))
+				active = max(active, storedBetween(tx, p, g.Next, g.LeaseLast+1))
 			}
 			return true, nil
 		}))

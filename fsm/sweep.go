@@ -135,6 +135,7 @@ func applySweep(a *applier, c *Sweep) any {
 				must(a.tx.UnindexLease(e.g.LeaseID, p.ID, e.name))
 			}
 			e.g.EndBatch()
+			e.g.Retry = 0 // the failures charged were the deleted messages'
 			must(a.tx.PutGroup(p.ID, e.name, &e.g))
 		}
 		ended = ended[:0]

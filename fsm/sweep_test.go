@@ -243,3 +243,33 @@ func TestExpireLeasesClearsOnlyLongExpired(t *testing.T) {
 		t.Fatalf("after expire %v", got)
 	}
 }
+
+// TestSweepEndingABatchResetsRetries: retention deletes every message of a
+// leased batch that had failed twice; the batch ends and the next message
+// starts with no failures charged (the counter belonged to the deleted ones).
+func TestSweepEndingABatchResetsRetries(t *testing.T) {
+	m := newMachine(t)
+	configureWith(m, "q", func(o *segments.Options) {
+		o.RetentionEnabled, o.RetentionSeconds, o.RetryLimit, o.DeadLetterQueue = true, 60, 2, true
+	})
+	m.push(items("q", "p", "a")...)
+	pid := m.partition("q", "p").UUID
+	for range 2 {
+		r := m.mustPop(Lease{Queue: "q", Group: "g", Batch: 1})
+		m.ack("g", ackTx(pid, "a", r.LeaseID, AckFailed))
+		m.advance(time.Millisecond)
+	}
+	m.mustPop(Lease{Queue: "q", Group: "g", Batch: 1, LeaseSeconds: 300})
+	m.advance(61 * time.Second)
+	m.push(items("q", "p", "b")...)
+	if _, msgs := swept(m.sweep("q", 10)); msgs != 1 {
+		t.Fatalf("swept %d messages", msgs)
+	}
+	if g := m.group("q", "p", "g"); g.HasBatch() || g.Retry != 0 {
+		t.Fatalf("after the sweep %+v", g)
+	}
+	r := m.mustPop(Lease{Queue: "q", Group: "g", Batch: 1})
+	if rc := r.Partitions[0].Messages[0].RetryCount; rc != 0 {
+		t.Errorf("b delivered with retryCount %d", rc)
+	}
+}

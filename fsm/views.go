@@ -219,12 +219,7 @@ func partitionStats(tx *segments.Tx, p *segments.Partition, now int64) (MessageS
 			return false, nil
 		}))
 	}
-	consumedBefore := func(next uint64) uint64 {
-		if next <= p.FirstOffset {
-			return 0
-		}
-		return min(next, p.NextOffset) - p.FirstOffset
-	}
+	consumedBefore := func(next uint64) uint64 { return storedBetween(tx, p, 0, next) }
 	var qm *segments.Group
 	var slowest uint64
 	named := 0
@@ -247,7 +242,7 @@ func partitionStats(tx *segments.Tx, p *segments.Partition, now int64) (MessageS
 	case qm != nil:
 		st.Completed = min(consumedBefore(qm.Next), st.Total)
 		if qm.LeaseLive(now) && qm.LeaseLast >= qm.Next {
-			st.Processing = min(qm.LeaseLast+1-max(qm.Next, p.FirstOffset), st.Total-st.Completed)
+			st.Processing = min(storedBetween(tx, p, qm.Next, qm.LeaseLast+1), st.Total-st.Completed)
 		}
 	case named > 0:
 		st.Completed = min(consumedBefore(slowest), st.Total)

@@ -95,6 +95,31 @@ func cursorLag(tx *segments.Tx, p *segments.Partition, next uint64, now int64) (
 	return lag, oldest, ageSeconds
 }
 
+// storedBetween counts p's stored messages with offsets in [from, to).
+// Offsets are contiguous unless messages were cut out of the middle (an OJS
+// purge, a message DELETE); only then are the stored ranges walked, which
+// reads segment references, never a blob. Counts kept with the positions
+// (consumed, completed, processing, purged) use it so that a gap is never
+// counted as a message.
+func storedBetween(tx *segments.Tx, p *segments.Partition, from, to uint64) uint64 {
+	from, to = max(from, p.FirstOffset), min(to, p.NextOffset)
+	if p.Messages == 0 || from >= to {
+		return 0
+	}
+	if p.NextOffset-p.FirstOffset == p.Messages {
+		return to - from
+	}
+	var n uint64
+	must(tx.ScanRanges(p, from, func(first, end uint64, _ int64) (bool, error) {
+		if first >= to {
+			return false, nil
+		}
+		n += min(end, to) - first
+		return true, nil
+	}))
+	return n
+}
+
 // everConsumed reports whether the group's state records any consumption.
 func everConsumed(g *segments.Group) bool {
 	return g.Consumed > 0 || g.Batches > 0 || g.LastConsumedAt > 0

@@ -196,3 +196,103 @@ func TestDeleteMessageRollsBack(t *testing.T) {
 	})
 	checkAccounting(t, s)
 }
+
+// TestDeleteMessageInterleaved mixes cuts with appends (several in one
+// transaction, cuts of segments still pending in it), retention deletions of
+// the oldest segment and OJS truncations, against a model: reads, offsets,
+// ids, counters, FirstOffset, the index, the references' invariant and the
+// blob accounting.
+func TestDeleteMessageInterleaved(t *testing.T) {
+	for seed := uint64(1); seed <= 6; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			s := openStore(t)
+			var pid uint64
+			update(t, s, func(tx *Tx) error { pid = newPartition(t, tx, "q", "p").ID; return nil })
+			rng := rand.New(rand.NewPCG(seed, 99))
+			var model []storedMsg
+			n := 0
+			for step := 0; step < 400; step++ {
+				update(t, s, func(tx *Tx) error {
+					for range 1 + rng.IntN(3) {
+						p, _ := tx.PartitionByID(pid)
+						switch k := rng.IntN(10); {
+						case k < 4 || len(model) == 0:
+							ids := make([]string, 1+rng.IntN(5))
+							for i := range ids {
+								ids[i] = fmt.Sprintf("m%d", n)
+								n++
+							}
+							appendMsgs(t, tx, p, int64(100+step), ids...)
+							// read the new ones back into the model
+							var got []storedMsg
+							must(t, tx.Scan(p, p.NextOffset-uint64(len(ids)), func(sm *StoredMessage) (bool, error) {
+								got = append(got, storedMsg{sm.Offset, sm.TxID, sm.ID, sm.CreatedAt})
+								return true, nil
+							}))
+							model = append(model, got...)
+							continue
+						case k < 8:
+							i := rng.IntN(len(model))
+							ok, err := tx.DeleteMessage(p, model[i].off)
+							if err != nil || !ok {
+								t.Fatalf("delete %d: %v %v", model[i].off, ok, err)
+							}
+							model = slices.Delete(model, i, i+1)
+						case k < 9:
+							// retention: the oldest segment
+							var first, count uint64
+							must(t, tx.walkSegments(p, 0, func(f uint64, ref blobRef) (bool, error) {
+								first, count = f, uint64(ref.Count)
+								return false, nil
+							}))
+							if _, err := tx.DeleteSegment(p, first); err != nil {
+								t.Fatal(err)
+							}
+							model = slices.DeleteFunc(model, func(m storedMsg) bool { return m.off >= first && m.off < first+count })
+						default:
+							// OJS purge: truncate a random segment
+							var segs [][2]uint64
+							must(t, tx.walkSegments(p, 0, func(f uint64, ref blobRef) (bool, error) {
+								segs = append(segs, [2]uint64{f, uint64(ref.Count)})
+								return true, nil
+							}))
+							sg := segs[rng.IntN(len(segs))]
+							keep := uint64(rng.IntN(int(sg[1])))
+							if _, err := tx.TruncateSegment(p, sg[0], keep); err != nil {
+								t.Fatal(err)
+							}
+							model = slices.DeleteFunc(model, func(m storedMsg) bool { return m.off >= sg[0]+keep && m.off < sg[0]+sg[1] })
+						}
+						must(t, tx.PutPartition(p))
+					}
+					return nil
+				})
+				view(t, s, func(tx *Tx) error {
+					p := checkRecentInvariant(t, tx, pid)
+					got := storedMsgs(t, tx, p)
+					if !slices.Equal(got, model) {
+						t.Fatalf("step %d: read %v, want %v", step, got, model)
+					}
+					if p.Messages != uint64(len(model)) {
+						t.Fatalf("step %d: %d counted, %d stored", step, p.Messages, len(model))
+					}
+					var bytes uint64
+					for _, m := range model {
+						bytes += uint64(len(fmt.Sprintf("%q", m.txid)))
+						if off, ok, err := tx.TxIDOffset(p.QueueID, pid, m.txid); err != nil || !ok || off != m.off {
+							t.Fatalf("step %d: %s indexed at %d %v %v, stored at %d", step, m.txid, off, ok, err, m.off)
+						}
+					}
+					if p.Bytes != bytes {
+						t.Fatalf("step %d: %d bytes counted, %d stored", step, p.Bytes, bytes)
+					}
+					if len(model) > 0 && p.FirstOffset != model[0].off || len(model) == 0 && p.FirstOffset != p.NextOffset {
+						t.Fatalf("step %d: oldest offset %d", step, p.FirstOffset)
+					}
+					return nil
+				})
+				checkAccounting(t, s)
+			}
+		})
+	}
+}
