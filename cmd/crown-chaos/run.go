@@ -683,8 +683,8 @@ func (r *runner) verifyDeletes(ctx context.Context) {
 	}
 	if len(problems) == 0 {
 		dc := r.wl.DeleteCounts()
-		r.note(fmt.Sprintf("message deletion: %d of %d confirmed messages deleted, every node reads exactly the others",
-			dc.Deleted, dc.Pushed))
+		r.note(fmt.Sprintf("message deletion: %d of %d confirmed messages deleted, every node reads exactly the others "+
+			"(%d not checked: a push attempt or the delete went unanswered)", dc.Deleted, dc.Pushed, dc.Unverified))
 	}
 }
 

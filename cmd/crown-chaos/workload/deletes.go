@@ -21,8 +21,12 @@ import (
 // (an answer of "not found" to a retry means an earlier attempt applied).
 // After the drain, VerifyDeletes reads every confirmed message back through
 // every node with a linearizable read: deleted ones must be gone everywhere,
-// the others present. The runner's digest checkpoints, meanwhile, compare
-// what the cuts left on each node.
+// the others present. A push attempt whose outcome was unknown may still
+// apply after the batch was confirmed by a retry, and after the delete: the
+// id is free again then, so its message comes back as a new one (as a late
+// duplicate INSERT would in Queen). Such a deleted message is not checked
+// either way. The runner's digest checkpoints, meanwhile, compare what the
+// cuts left on each node.
 
 // DeleteQueue is the queue the deletion worker uses.
 const DeleteQueue = "chaos-del"
@@ -37,7 +41,8 @@ type delMsg struct {
 	partition string // partition id (UUID)
 	deleted   bool
 	// uncertain: a delete was sent and never answered before the worker
-	// stopped, so the message may or may not be stored; not verified.
+	// stopped, or an attempt of the push went unanswered and may apply
+	// after the delete; whether it is stored is not verified.
 	uncertain bool
 }
 
@@ -49,6 +54,7 @@ type deletesState struct {
 // DeleteCounts summarises the deletion worker's confirmed work.
 type DeleteCounts struct {
 	Pushed, Deleted int
+	Unverified      int // deleted, or maybe deleted, with an outcome not checked
 }
 
 // DeleteCounts reports how many messages the deletion worker pushed and deleted.
@@ -59,6 +65,9 @@ func (w *Workload) DeleteCounts() DeleteCounts {
 	for _, m := range w.dels.msgs {
 		if m.deleted {
 			c.Deleted++
+		}
+		if m.uncertain {
+			c.Unverified++
 		}
 	}
 	return c
@@ -75,7 +84,12 @@ func (w *Workload) deleter(id uint64) {
 			batch[i] = PushItem{Queue: DeleteQueue, Partition: part, Payload: map[string]int{"n": n, "i": i},
 				TransactionID: fmt.Sprintf("%s-del-%d-%d", w.cfg.RunID, n, i)}
 		}
-		pid, ok := w.retry(np, rng, func(node Node) (string, bool) { return w.pushForDelete(node, batch) })
+		unanswered := false
+		pid, ok := w.retry(np, rng, func(node Node) (string, bool) {
+			pid, outcome := w.pushForDelete(node, batch)
+			unanswered = unanswered || outcome == history.Unknown
+			return pid, pid != ""
+		})
 		if !ok {
 			return
 		}
@@ -99,7 +113,7 @@ func (w *Workload) deleter(id uint64) {
 			return
 		}
 		w.progressMu.Lock()
-		victim.deleted, victim.uncertain = true, false
+		victim.deleted, victim.uncertain = true, unanswered
 		w.progressMu.Unlock()
 		w.sleep(300*time.Millisecond+time.Duration(rng.Int64N(int64(400*time.Millisecond))), w.stopProduce)
 	}
@@ -149,25 +163,26 @@ func (w *Workload) request(method, u string, body any) Answer {
 }
 
 // pushForDelete pushes a batch (retries send the same transaction ids, so
-// a repeat answers duplicate) and returns its partition's id.
-func (w *Workload) pushForDelete(node Node, items []PushItem) (string, bool) {
+// a repeat answers duplicate) and returns its partition's id, or "" with the
+// attempt's outcome.
+func (w *Workload) pushForDelete(node Node, items []PushItem) (string, string) {
 	a := w.request("POST", node.URL+"/api/v1/push", map[string]any{"items": items})
 	if a.Outcome != history.OK {
-		return "", false
+		return "", a.Outcome
 	}
 	var res []struct {
 		Status      string `json:"status"`
 		PartitionID string `json:"partition_id"`
 	}
 	if err := json.Unmarshal(a.Body, &res); err != nil || len(res) != len(items) {
-		return "", false
+		return "", history.Unknown
 	}
 	for _, r := range res {
-		if r.Status != "queued" && r.Status != "duplicate" || r.PartitionID != res[0].PartitionID {
-			return "", false
+		if r.Status != "queued" && r.Status != "duplicate" || r.PartitionID == "" || r.PartitionID != res[0].PartitionID {
+			return "", history.Unknown
 		}
 	}
-	return res[0].PartitionID, true
+	return res[0].PartitionID, history.OK
 }
 
 func (w *Workload) popForDelete(node Node, part string, batch int) bool {
