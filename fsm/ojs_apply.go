@@ -287,6 +287,10 @@ func applyOJSUpdateQueue(a *applier, c *OJSUpdateQueue) any {
 		}
 		newState = segments.OJSPaused
 	case ToDraining:
+		if c.Name == DefaultQueue && s.State != segments.OJSDraining {
+			// A graceful drain ends in deletion, and default always exists.
+			return conflict("queue_protected", q, "queue default cannot be drained: it always exists")
+		}
 		if s.State == segments.OJSPaused {
 			return conflict("invalid_state_transition", q, "queue %s is paused; resume it before draining", c.Name)
 		}
@@ -608,25 +612,40 @@ func applyOJSDeleteQueue(a *applier, c *OJSDeleteQueue) any {
 	depth, _ := queueDepth(a.tx, q, false)
 	if c.Strategy == segments.DeleteReject && depth > 0 {
 		r := conflict("queue_not_empty", q, "queue %s still holds %d messages", c.Name, depth)
-		r.Err.Depth = int64(depth)
+		v := ojsView(a.tx, q, a.now)
+		r.Err.Depth, r.Err.Available, r.Err.Active = int64(depth), int64(v.Available), int64(v.Active)
 		return r
 	}
 	if c.Strategy == segments.DeleteMove {
 		if c.Target == c.Name {
 			return ojsErr(http.StatusUnprocessableEntity, "validation_error", "invalid_target", "target_queue must differ from the queue")
 		}
-		if t := must1(a.tx.Queue(c.Target)); t != nil {
-			if deleting(t) {
-				return conflict("queue_deleting", t, "target queue %s is being deleted", c.Target)
+		t := must1(a.tx.Queue(c.Target))
+		if t == nil {
+			if c.Strict {
+				return ojsErr(http.StatusNotFound, "not_found", "queue_not_found",
+					"target queue %s does not exist (strict mode creates no queue implicitly)", c.Target)
 			}
-			if gracefulDrain(t) {
-				return conflict("queue_draining", t, "target queue %s is draining", c.Target)
+			// The move would create the target: check the capacity it would
+			// have (its policy layers) before any change.
+			nq, er := a.newQueue(c.Target, segments.OriginOJS, BindAuto, "")
+			if er != nil {
+				return er
 			}
-			if t.OJS != nil && t.OJS.Gate&segments.GateCapacity != 0 {
-				_, size := queueDepth(a.tx, q, t.OJS.Limits.MaxSizeBytes > 0)
-				if r := a.checkCapacity(t, depth, size); r != nil {
-					return conflict("target_queue_full", t, "moving %d messages would exceed the capacity of queue %s", depth, c.Target)
+			t = nq
+		} else if deleting(t) {
+			return conflict("queue_deleting", t, "target queue %s is being deleted", c.Target)
+		} else if gracefulDrain(t) {
+			return conflict("queue_draining", t, "target queue %s is draining", c.Target)
+		}
+		if t.OJS != nil && t.OJS.Gate&segments.GateCapacity != 0 {
+			_, size := queueDepth(a.tx, q, t.OJS.Limits.MaxSizeBytes > 0)
+			if r := a.checkCapacity(t, depth, size); r != nil {
+				r := conflict("target_queue_full", t, "moving %d messages would exceed the capacity of queue %s", depth, c.Target)
+				if t.ID == 0 {
+					r.Err.State = "" // the target does not exist yet
 				}
+				return r
 			}
 		}
 	}
@@ -645,7 +664,14 @@ func applyOJSDeleteQueue(a *applier, c *OJSDeleteQueue) any {
 		return &OJSResult{Queue: copyQueue(q), Pending: true, Affected: depth, Changed: true}
 	}
 	n := a.finishDeletion(q, c.Strategy, c.Target)
-	return &OJSResult{Deleted: true, Affected: n, Changed: true, Queue: copyQueue(q)}
+	last := copyQueue(q)
+	if last.OJS != nil {
+		s := *last.OJS
+		s.UpdatedAt = a.now // the deletion is a state change
+		last.OJS = &s
+	}
+	e := effective(a.tx, q)
+	return &OJSResult{Deleted: true, Affected: n, Changed: true, Queue: last, Config: &e}
 }
 
 // finishDeletion runs a strategy and removes the queue. It returns the
@@ -723,6 +749,9 @@ func (a *applier) maybeFinish(name string) bool {
 		a.finishDeletion(q, d.Strategy, d.Target)
 		return true
 	}
+	if q.Name == DefaultQueue {
+		return false // default always exists: a drain of it never ends in deletion
+	}
 	if depth, _ := queueDepth(a.tx, q, false); depth > 0 {
 		return false
 	}
@@ -766,12 +795,20 @@ func applyOJSPurgeQueue(a *applier, c *OJSPurgeQueue) any {
 	return &OJSResult{Queue: copyQueue(q), Affected: n, Changed: true}
 }
 
-// purgeConsumed deletes the segments every group has consumed.
+// purgeConsumed deletes the stored messages every group has consumed: the
+// segments wholly before the slowest cursor, and the consumed head of the
+// segment the cursor is in.
 func (a *applier) purgeConsumed(p *segments.Partition) uint64 {
 	from := slowest(a.tx, p)
 	var doomed []uint64
+	var split uint64 // first offset of the segment from falls inside
+	hasSplit := false
 	must(a.tx.Segments(p, func(si segments.SegmentInfo) (bool, error) {
+		if si.First >= from {
+			return false, nil
+		}
 		if si.First+si.Count > from {
+			split, hasSplit = si.First, true
 			return false, nil
 		}
 		doomed = append(doomed, si.First)
@@ -780,6 +817,17 @@ func (a *applier) purgeConsumed(p *segments.Partition) uint64 {
 	var n uint64
 	for _, f := range doomed {
 		n += must1(a.tx.DeleteSegment(p, f))
+	}
+	if hasSplit {
+		// Cutting out the last consumed message splits the segment around
+		// it: the unconsumed tail keeps its offsets in a segment of its own
+		// at from, and the consumed head (if any) is then deleted whole.
+		if must1(a.tx.DeleteMessage(p, from-1)) {
+			n++
+		}
+		if split < from-1 {
+			n += must1(a.tx.DeleteSegment(p, split))
+		}
 	}
 	return n
 }

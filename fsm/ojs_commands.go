@@ -3,6 +3,7 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -89,6 +90,10 @@ type OJSUpdateQueue struct {
 	Policy   string
 }
 
+// MaxPauseReason bounds the reason of a pause or resume, in characters
+// (ojs-queues.md 6.6).
+const MaxPauseReason = 256
+
 // OJSSetState pauses or resumes a queue, creating an unknown one implicitly.
 type OJSSetState struct {
 	_msgpack struct{} `msgpack:",as_array"`
@@ -108,6 +113,9 @@ type OJSDeleteQueue struct {
 	Name     string
 	Strategy uint8
 	Target   string
+	// Strict (--ojs-strict-queues): a move to an unknown target is refused
+	// (404) instead of creating it. Last, so older entries still decode.
+	Strict bool
 }
 
 // Purge selections.
@@ -255,8 +263,8 @@ func (c *OJSUpdateQueue) Validate() error {
 
 // Validate checks the command's limits.
 func (c *OJSSetState) Validate() error {
-	if len(c.Reason) > 256 {
-		return errors.New("reason over 256 bytes")
+	if utf8.RuneCountInString(c.Reason) > MaxPauseReason {
+		return fmt.Errorf("reason over %d characters", MaxPauseReason)
 	}
 	return checkOJSName("queue", c.Name)
 }
@@ -344,3 +352,38 @@ func (c *PushAs) decodeFrom(r *mpReader) error {
 
 // DecodeMsgpack implements msgpack.CustomDecoder.
 func (c *PushAs) DecodeMsgpack(dec *msgpack.Decoder) error { return decodeVia(dec, c.decodeFrom) }
+
+// ---- OJSDeleteQueue codec: [name, strategy, target] or, since Strict was
+// appended, [name, strategy, target, strict]. msgpack's reflective decoder
+// refuses an array-encoded struct whose length differs from the fields', so
+// this one reads both lengths: entries written before Strict still decode.
+
+func (c *OJSDeleteQueue) decodeFrom(r *mpReader) error {
+	n, err := r.arrayLen()
+	if err != nil || (n != 3 && n != 4) {
+		return r.fail("ojs_delete_queue")
+	}
+	*c = OJSDeleteQueue{}
+	if c.Name, err = r.str(); err != nil {
+		return err
+	}
+	s, err := r.uint()
+	if err != nil || s > 255 {
+		return r.fail("ojs_delete_queue strategy")
+	}
+	c.Strategy = uint8(s)
+	if c.Target, err = r.str(); err != nil {
+		return err
+	}
+	if n == 4 {
+		if c.Strict, err = r.bool(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DecodeMsgpack implements msgpack.CustomDecoder.
+func (c *OJSDeleteQueue) DecodeMsgpack(dec *msgpack.Decoder) error {
+	return decodeVia(dec, c.decodeFrom)
+}

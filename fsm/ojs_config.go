@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -185,6 +186,10 @@ func CheckConfig(c *QueueConfig) []*ConfigError {
 			return
 		}
 		us, err := ParseDuration(d.Text)
+		if errors.Is(err, ErrDurationRange) {
+			errs = append(errs, &ConfigError{field, "out_of_range", fmt.Sprintf("%s must be between %s and P3650D, got %s", field, FormatSeconds(lo/1e6), d.Text)})
+			return
+		}
 		if err != nil || us != d.Micros {
 			errs = append(errs, &ConfigError{field, "invalid_duration", fmt.Sprintf("%s: %q is not an ISO 8601 duration of the form P[nW][nD][T[nH][nM][n[.fff]S]] (years and months are not accepted)", field, d.Text)})
 			return

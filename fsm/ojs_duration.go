@@ -8,22 +8,29 @@ import (
 // ErrDuration reports a duration outside the ISO 8601 subset OJS accepts.
 var ErrDuration = errors.New("invalid ISO 8601 duration")
 
+// ErrDurationRange reports a duration of the accepted form whose value is
+// too large to represent (a range error, not a form error).
+var ErrDurationRange = errors.New("ISO 8601 duration out of range")
+
 // ParseDuration parses the ISO 8601 subset of ojs-queues.md section 0.2:
 // P[nW][nD][T[nH][nM][n[.fff]S]], case-sensitive, at least one component,
 // only seconds may have a fraction (up to microseconds), T must be followed
 // by a component, no years or months. It returns the length in microseconds.
+// A string of that form whose value is over 2^62 µs (about 146,000 years)
+// gets ErrDurationRange; any other bad string gets ErrDuration.
 func ParseDuration(s string) (int64, error) {
-	if len(s) < 2 || s[0] != 'P' || len(s) > 64 {
+	if len(s) < 2 || s[0] != 'P' {
 		return 0, ErrDuration
 	}
 	const maxMicros = int64(1) << 62
 	var total int64
-	add := func(n, unit int64) bool {
-		if n > maxMicros/unit {
-			return false
+	overflow := false // the form is checked to the end before a range error
+	add := func(n, unit int64) {
+		if overflow || n > maxMicros/unit || total+n*unit > maxMicros {
+			overflow = true
+			return
 		}
 		total += n * unit
-		return total <= maxMicros
 	}
 	i := 1
 	// Date part: W then D, each optional, in that order.
@@ -48,12 +55,12 @@ func ParseDuration(s string) (int64, error) {
 		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
 			i++
 		}
-		if i == start || i-start > 18 {
+		if i == start {
 			return 0, ErrDuration
 		}
 		n, err := strconv.ParseInt(s[start:i], 10, 64)
 		if err != nil {
-			return 0, ErrDuration
+			n = maxMicros + 1 // all digits, too many of them: add reports the overflow
 		}
 		var frac int64
 		hasFrac := false
@@ -81,36 +88,41 @@ func ParseDuration(s string) (int64, error) {
 		if hasFrac && !(inTime && d == 'S') {
 			return 0, ErrDuration
 		}
-		var ok bool
 		if !inTime {
 			switch {
 			case d == 'W' && order < 1:
-				order, ok = 1, add(n, 7*86400e6)
+				order = 1
+				add(n, 7*86400e6)
 			case d == 'D' && order < 2:
-				order, ok = 2, add(n, 86400e6)
+				order = 2
+				add(n, 86400e6)
 			default:
 				return 0, ErrDuration
 			}
 		} else {
 			switch {
 			case d == 'H' && timeOrder < 1:
-				timeOrder, ok = 1, add(n, 3600e6)
+				timeOrder = 1
+				add(n, 3600e6)
 			case d == 'M' && timeOrder < 2:
-				timeOrder, ok = 2, add(n, 60e6)
+				timeOrder = 2
+				add(n, 60e6)
 			case d == 'S' && timeOrder < 3:
-				timeOrder, ok = 3, add(n, 1e6) && add(frac, 1)
+				timeOrder = 3
+				add(n, 1e6)
+				add(frac, 1)
 			default:
 				return 0, ErrDuration
 			}
 			timeComponents++
 		}
-		if !ok {
-			return 0, ErrDuration
-		}
 		components++
 	}
 	if components == 0 || (inTime && timeComponents == 0) {
 		return 0, ErrDuration
+	}
+	if overflow {
+		return 0, ErrDurationRange
 	}
 	return total, nil
 }

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -81,6 +82,28 @@ func TestOJSDurationParser(t *testing.T) {
 		if _, err := ParseDuration(s); err == nil {
 			t.Errorf("%q: accepted", s)
 		}
+	}
+	// Of the accepted form but too large: a range error, not a form error.
+	for _, s := range []string{"P99999999999999999999D", "P999999999999999999D", "PT9223372036854775807S",
+		"P15250284452471W", "P1DT9999999999999999999999999999H", "P000000000000000000000000000000000000000000000000000000000000000015250284452471W"} {
+		if _, err := ParseDuration(s); !errors.Is(err, ErrDurationRange) {
+			t.Errorf("%q: %v, want ErrDurationRange", s, err)
+		}
+	}
+	// A long run of leading zeros is still a small value; a bad form with a
+	// huge number is a form error.
+	if us, err := ParseDuration("PT000000000000000000000000000000000000000000000000000000000000000001S"); err != nil || us != 1e6 {
+		t.Errorf("leading zeros: %d, %v", us, err)
+	}
+	for _, s := range []string{"P99999999999999999999Y", "P99999999999999999999DX", "P99999999999999999999DT"} {
+		if _, err := ParseDuration(s); !errors.Is(err, ErrDuration) {
+			t.Errorf("%q: %v, want ErrDuration", s, err)
+		}
+	}
+	// CheckConfig calls an overflowing duration out_of_range.
+	errs := CheckConfig(&QueueConfig{CompletedTTL: &Duration{Text: "P999999999999999999D"}})
+	if len(errs) != 1 || errs[0].Type != "out_of_range" || errs[0].Field != "retention.completed_ttl" {
+		t.Errorf("CheckConfig of an overflowing duration: %+v", errs)
 	}
 }
 
@@ -525,5 +548,148 @@ func TestOJSEnsureOnly(t *testing.T) {
 	}
 	if r := m.apply(&OJSSetState{Name: "strict-q", EnsureOnly: true, Strict: true})[0].(*OJSResult); r.Err != nil || !r.Created {
 		t.Fatalf("ensure under strict mode: %+v", r)
+	}
+}
+
+// TestOJSDefaultSurvivesDrain checks that the queue default, which always
+// exists (ojs-queues.md 1), cannot be drained: PATCH state draining is
+// refused with 409 queue_protected, and a sweep leaves the queue in place.
+func TestOJSDefaultSurvivesDrain(t *testing.T) {
+	m := newMachine(t)
+	m.ojsOK(&OJSSetState{Name: DefaultQueue, EnsureOnly: true})
+	m.ojsErr(&OJSUpdateQueue{Name: DefaultQueue, State: ToDraining}, 409, "queue_protected")
+	m.apply(&OJSSweep{Queue: DefaultQueue, MaxDLQ: 10})
+	q := m.queue(DefaultQueue)
+	if q == nil {
+		t.Fatal("a refused drain of the empty queue default deleted it")
+	}
+	if StateName(q) != "active" {
+		t.Fatalf("default is %s after a refused drain", StateName(q))
+	}
+	// Other queues still drain and go when empty.
+	m.ojsOK(&OJSCreateQueue{Name: "other"})
+	m.ojsOK(&OJSUpdateQueue{Name: "other", State: ToDraining})
+	m.apply(&OJSSweep{Queue: "other", MaxDLQ: 10})
+	if m.queue("other") != nil {
+		t.Fatal("a drained empty queue was not deleted")
+	}
+}
+
+// TestOJSMoveIntoNewTargetChecksCapacity checks that a DELETE with strategy
+// move into a target that does not exist yet checks the capacity the target
+// would get from its policy layers (ojs-queues.md 6.5, 4.1): 409
+// target_queue_full, and nothing moves or is created.
+func TestOJSMoveIntoNewTargetChecksCapacity(t *testing.T) {
+	m := newMachine(t)
+	m.ojsOK(&OJSPutPolicy{Name: "tiny", Mode: PolicyCreate, Match: "tiny.*", HasMatch: true,
+		Set: QueueConfig{MaxDepth: i64(2)}})
+	m.push(items("src", "", "1", "2", "3", "4", "5")...)
+	m.ojsErr(&OJSDeleteQueue{Name: "src", Strategy: segments.DeleteMove, Target: "tiny.new"}, 409, "target_queue_full")
+	if m.queue("tiny.new") != nil {
+		t.Fatal("the refused move created the target")
+	}
+	if m.queue("src") == nil || m.depth("src") != 5 {
+		t.Fatalf("the refused move changed the source: depth %d", m.depth("src"))
+	}
+	// Within the bound the move creates the target, bound to the policy.
+	m.push(items("two", "", "a", "b")...)
+	if r := m.ojsOK(&OJSDeleteQueue{Name: "two", Strategy: segments.DeleteMove, Target: "tiny.ok"}); !r.Deleted || r.Affected != 2 {
+		t.Fatalf("move of 2 into a new queue bound to max_depth 2: %+v", r)
+	}
+	if q := m.queue("tiny.ok"); q == nil || q.OJS == nil || q.OJS.Policy != "tiny" || m.depth("tiny.ok") != 2 {
+		t.Fatalf("target after the move: %+v, depth %d", q, m.depth("tiny.ok"))
+	}
+}
+
+// TestOJSStrictMoveUnknownTarget checks that in strict mode a DELETE with
+// strategy move to an unknown target is 404 queue_not_found before any
+// change (ojs-queues.md 6.5, 4.3), and that without strict the target is
+// created implicitly.
+func TestOJSStrictMoveUnknownTarget(t *testing.T) {
+	m := newMachine(t)
+	m.push(items("src", "", "1", "2")...)
+	m.ojsErr(&OJSDeleteQueue{Name: "src", Strategy: segments.DeleteMove, Target: "nowhere", Strict: true}, 404, "queue_not_found")
+	if m.queue("nowhere") != nil || m.queue("src") == nil || m.depth("src") != 2 {
+		t.Fatal("a refused strict move changed something")
+	}
+	m.push(items("there", "", "x")...)
+	if r := m.ojsOK(&OJSDeleteQueue{Name: "src", Strategy: segments.DeleteMove, Target: "there", Strict: true}); !r.Deleted || r.Affected != 2 {
+		t.Fatalf("strict move to an existing target: %+v", r)
+	}
+	m.push(items("again", "", "1")...)
+	if r := m.ojsOK(&OJSDeleteQueue{Name: "again", Strategy: segments.DeleteMove, Target: "fresh"}); !r.Deleted || m.queue("fresh") == nil {
+		t.Fatalf("move to an unknown target without strict: %+v", r)
+	}
+}
+
+// TestOJSPurgeCompletedPartlyConsumedSegment checks that a purge of
+// completed messages removes every consumed message, including the consumed
+// head of a segment whose tail is still unconsumed (ojs-queues.md 6.7): the
+// tail keeps its offsets and order, a live lease in it is untouched, the
+// transaction ids of the removed messages are freed, and the layout's
+// invariants hold.
+func TestOJSPurgeCompletedPartlyConsumedSegment(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		consumed int // of the 5 messages of the partly consumed segment
+	}{{"one", 1}, {"two", 2}, {"four", 4}} {
+		t.Run(c.name, func(t *testing.T) {
+			m := newMachine(t)
+			m.push(items("pc", "", "w1", "w2")...)              // a segment consumed whole
+			m.push(items("pc", "", "1", "2", "3", "4", "5")...) // the partly consumed one
+			m.push(items("pc", "", "6")...)                     // an unconsumed one
+			pr := m.pop(wild("pc", uint32(2+c.consumed)))
+			m.ack(QueueMode, ackAll(pr, AckCompleted)...)
+			r := m.ojsOK(&OJSPurgeQueue{Name: "pc", States: PurgeCompleted})
+			if r.Affected != uint64(2+c.consumed) {
+				t.Fatalf("purged %d, want %d", r.Affected, 2+c.consumed)
+			}
+			var want []string
+			for i := c.consumed + 1; i <= 6; i++ {
+				want = append(want, string(rune('0'+i)))
+			}
+			if got := m.stored("pc", ""); strings.Join(got, ",") != strings.Join(want, ",") {
+				t.Fatalf("stored %v, want %v", got, want)
+			}
+			p := m.partition("pc", "")
+			if p.Messages != uint64(len(want)) || p.FirstOffset != p.NextOffset-uint64(len(want)) {
+				t.Fatalf("partition: %d messages, offsets %d to %d", p.Messages, p.FirstOffset, p.NextOffset)
+			}
+			m.view(func(tx *segments.Tx) error {
+				v := ojsView(tx, m.queue("pc"), m.now.UnixMicro())
+				if v.Completed != 0 || v.Depth != uint64(len(want)) || v.Available != uint64(len(want)) {
+					t.Errorf("view after purge: %+v", v)
+				}
+				if err := checkInvariants(tx); err != nil {
+					t.Error(err)
+				}
+				return nil
+			})
+			// The next pop gets the tail in order; a second purge while it is
+			// leased removes nothing, and the lease still acks.
+			pr = m.pop(wild("pc", 1))
+			if got := txids(pr); len(got) != 1 || got[0] != want[0] {
+				t.Fatalf("pop after purge: %v, want %s", got, want[0])
+			}
+			if r := m.ojsOK(&OJSPurgeQueue{Name: "pc", States: PurgeCompleted}); r.Affected != 0 {
+				t.Fatalf("second purge removed %d", r.Affected)
+			}
+			if ar := m.ack(QueueMode, ackAll(pr, AckCompleted)...); ar == nil {
+				t.Fatal("ack after purge")
+			}
+			if got := m.stored("pc", ""); len(got) != len(want) {
+				t.Fatalf("stored after the second purge: %v", got)
+			}
+			// The removed messages' transaction ids are free again.
+			if res := m.push(item("pc", "", "1", `1`)); res.Items[0].Status != PushQueued {
+				t.Fatalf("re-push of a purged transaction id: %+v", res.Items[0])
+			}
+			m.view(func(tx *segments.Tx) error {
+				if err := checkInvariants(tx); err != nil {
+					t.Error(err)
+				}
+				return nil
+			})
+		})
 	}
 }

@@ -49,18 +49,31 @@ func ojsView(tx *segments.Tx, q *segments.Queue, now int64) OJSQueueView {
 		v.Completed += p.Messages - backlog
 		v.SizeBytes += partitionBacklogBytes(tx, p)
 		var active uint64
+		// availFrom is the first offset some group could still be handed:
+		// past its cursor and past its live leased batch, if any.
+		availFrom, groups := uint64(0), false
 		must(tx.ForEachGroup(p.ID, func(_ string, g *segments.Group) (bool, error) {
+			from := g.Next
 			if g.LeaseLive(now) && g.LeaseLast >= g.Next {
 				active = max(active, storedBetween(tx, p, g.Next, g.LeaseLast+1))
+				from = g.LeaseLast + 1
 			}
+			if !groups || from < availFrom {
+				availFrom = from
+			}
+			groups = true
 			return true, nil
 		}))
+		if !groups || availFrom < p.FirstOffset {
+			availFrom = p.FirstOffset
+		}
 		active = min(active, backlog)
 		v.Active += active
 		if backlog > active {
 			v.Available += backlog - active
-			from := slowest(tx, p)
-			must(tx.Scan(p, from, func(sm *segments.StoredMessage) (bool, error) {
+		}
+		if backlog > active && availFrom < p.NextOffset {
+			must(tx.Scan(p, availFrom, func(sm *segments.StoredMessage) (bool, error) {
 				if v.OldestAt == 0 || sm.CreatedAt < v.OldestAt {
 					v.OldestAt = sm.CreatedAt
 				}

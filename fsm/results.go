@@ -180,12 +180,19 @@ type OJSError struct {
 	Field   string
 	State   string // details.current_state
 	Depth   int64  // details.depth (queue_not_empty)
+	// details.counts (queue_not_empty): the non-terminal counts of the
+	// queue, as in the Queue object.
+	Available int64
+	Active    int64
 }
 
 // OJSResult answers the OJS administration commands.
 type OJSResult struct {
-	Err      *OJSError
-	Queue    *QueueInfo // the queue after the command; nil once deleted
+	Err   *OJSError
+	Queue *QueueInfo // the queue after the command; as it was last when Deleted
+	// Config is the effective configuration of a queue this command deleted
+	// (Deleted), for the Queue object of the answer.
+	Config   *EffectiveConfig
 	Policy   *Policy
 	Changed  bool
 	Created  bool

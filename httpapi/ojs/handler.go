@@ -32,7 +32,8 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxQueues bounds explicit creation (10 000).
 	MaxQueues uint32
-	// Strict turns implicit creation by pause and resume off.
+	// Strict turns implicit creation by pause, resume and the target of a
+	// DELETE with strategy move off (404 instead).
 	Strict   bool
 	Version  string
 	Registry prometheus.Registerer
@@ -275,6 +276,8 @@ func (h *Handler) ojsResult(w http.ResponseWriter, res any) (*fsm.OJSResult, boo
 		}
 		if e.Type == "queue_not_empty" {
 			oe.Details["depth"] = e.Depth
+			oe.Details["counts"] = map[string]any{"available": e.Available, "scheduled": 0, "pending": 0,
+				"active": e.Active, "retryable": 0}
 		}
 		if e.Field != "" {
 			oe.Details["field"] = e.Field

@@ -3,6 +3,7 @@ package ojs
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -214,12 +215,12 @@ func parseSections(m map[string]json.RawMessage, prefix string, patch bool) (cfg
 					continue
 				}
 				us, err := fsm.ParseDuration(s)
-				if err != nil {
+				if err != nil && !errors.Is(err, fsm.ErrDurationRange) {
 					ps = append(ps, problem{Field: fp, Type: "invalid_duration", status: http.StatusUnprocessableEntity,
 						Message: fmt.Sprintf("%s: %q is not an ISO 8601 duration of the form P[nW][nD][T[nH][nM][n[.fff]S]] (no years or months)", fp, s)})
 					continue
 				}
-				d := &fsm.Duration{Text: s, Micros: us}
+				d := &fsm.Duration{Text: s, Micros: us} // a range error is fsm.CheckConfig's (out_of_range)
 				switch leaf {
 				case "retention.completed_ttl":
 					cfg.CompletedTTL = d

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/crownmq/crown/fsm"
 	"github.com/crownmq/crown/segments"
@@ -193,7 +194,7 @@ func (h *Handler) createQueue(w http.ResponseWriter, r *http.Request, _ []string
 		case "paused":
 			c.Paused = true
 		default:
-			e := newErr(http.StatusUnprocessableEntity, "validation_error", "invalid_state", "a queue is created active or paused, not %q", s)
+			e := newErr(http.StatusUnprocessableEntity, "validation_error", "invalid_state", "state must be active or paused, not %q", s)
 			e.Details = map[string]any{"field": "state"}
 			h.fail(w, e)
 			return
@@ -379,8 +380,8 @@ func (h *Handler) setState(w http.ResponseWriter, r *http.Request, name string, 
 				h.fail(w, badRequest("invalid_type", "reason", "reason must be a string"))
 				return
 			}
-			if len([]rune(s)) > 256 {
-				e := newErr(http.StatusUnprocessableEntity, "validation_error", "out_of_range", "reason is over 256 characters")
+			if utf8.RuneCountInString(s) > fsm.MaxPauseReason {
+				e := newErr(http.StatusUnprocessableEntity, "validation_error", "out_of_range", "reason is over %d characters", fsm.MaxPauseReason)
 				e.Details = map[string]any{"field": "reason"}
 				h.fail(w, e)
 				return
@@ -513,7 +514,7 @@ func (h *Handler) deleteQueue(w http.ResponseWriter, r *http.Request, a []string
 			*f.dst = s
 		}
 	}
-	c := &fsm.OJSDeleteQueue{Name: name}
+	c := &fsm.OJSDeleteQueue{Name: name, Strict: h.cfg.Strict}
 	switch strategy {
 	case "", "reject":
 		c.Strategy, strategy = segments.DeleteReject, "reject"
@@ -557,9 +558,26 @@ func (h *Handler) deleteQueue(w http.ResponseWriter, r *http.Request, a []string
 		h.answerQueue(w, http.StatusAccepted, name, out)
 		return
 	}
-	out["queue"] = map[string]any{"name": name, "state": "deleted", "status": "deleted", "paused": false,
-		"depth": 0, "active": 0}
+	out["queue"] = deletedQueueJSON(name, or)
 	h.reply(w, http.StatusOK, out)
+}
+
+// deletedQueueJSON renders the Queue object of a queue a DELETE removed
+// (ojs-queues.md 6.5): its last configuration, every count 0, state deleted.
+func deletedQueueJSON(name string, or *fsm.OJSResult) map[string]any {
+	v := &fsm.OJSQueueView{Queue: fsm.QueueInfo{Name: name}}
+	if or.Queue != nil {
+		v.Queue = *or.Queue
+	}
+	if or.Config != nil {
+		v.Config = *or.Config
+	}
+	m := QueueJSON(v)
+	m["state"], m["status"], m["paused"] = "deleted", "deleted", false
+	delete(m, "paused_at")
+	delete(m, "draining_since")
+	delete(m, "deletion")
+	return m
 }
 
 // ---- stats ----

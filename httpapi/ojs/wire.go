@@ -91,8 +91,10 @@ func ErrorBody(e *Error, rid string) []byte {
 	if hint == "" {
 		hint = defaultHints[e.Code]
 	}
+	// backend_error (500 and 503) is always retryable (ojs-queues.md 0.5).
+	retryable := e.Retryable || e.Code == "backend_error"
 	body := map[string]any{
-		"code": e.Code, "type": e.Type, "message": e.Message, "retryable": e.Retryable,
+		"code": e.Code, "type": e.Type, "message": e.Message, "retryable": retryable,
 		"request_id": rid, "docs_url": docsBase + e.Code,
 	}
 	if hint != "" {
