@@ -83,8 +83,9 @@ type groupCursor struct {
 	// lease id stays valid for the whole command even after an earlier item
 	// released it (one charge per delivery, queen-api.md 4.10).
 	leaseAtStart [16]byte
-	// leaseLastAtStart is the last offset that lease delivered.
-	leaseLastAtStart uint64
+	// charged: a failed item of this command charged the retry counter and
+	// released the lease; the delivery's other failed items change nothing.
+	charged bool
 }
 
 type ackTarget struct {
@@ -104,7 +105,7 @@ func (s *ackSession) cursor(p *segments.Partition) *groupCursor {
 	c.queue = must1(s.a.tx.QueueByID(p.QueueID))
 	c.g = must1(s.a.tx.Group(p.ID, s.group))
 	if g := c.g; g != nil && g.LeaseLive(s.a.now) {
-		c.leaseAtStart, c.leaseLastAtStart = g.LeaseID, g.LeaseLast
+		c.leaseAtStart = g.LeaseID
 		if g.Next <= g.LeaseLast {
 			c.leased = make(map[string]uint64, g.LeaseDelivered)
 			must(s.a.tx.ScanTxIDs(p, g.Next, func(off uint64, txID []byte) (bool, error) {
@@ -142,13 +143,6 @@ func (s *ackSession) resolve(it *AckItem) (ackTarget, bool) {
 	}
 	off, ok := must2(s.a.tx.TxIDOffset(p.QueueID, p.ID, it.TxID))
 	if !ok {
-		return ackTarget{}, false
-	}
-	if it.HasLease && it.LeaseID == c.leaseAtStart && c.leaseLastAtStart != 0 && off > c.leaseLastAtStart {
-		// The lease never delivered it: the id now names a message pushed
-		// after the batch (its leased occurrence was deleted and the id
-		// pushed again). Completing it would move the position past
-		// messages the consumer never received.
 		return ackTarget{}, false
 	}
 	return ackTarget{cur: c, offset: off}, true
@@ -199,6 +193,13 @@ func (s *ackSession) apply(it *AckItem, t ackTarget, inTx bool) AckItemResult {
 	case AckCompleted:
 		r.LeaseReleased = s.advance(c, t.offset)
 	case AckFailed:
+		if c.charged {
+			// One charge per delivery (queen-api.md 4.10): the rest of the
+			// batch finds no live lease and changes nothing. Judging it
+			// against the counter just raised would dead-letter it, and
+			// move the position past the message that was charged.
+			break
+		}
 		g := c.g
 		limit := uint64(max(c.queue.Options.RetryLimit, 0))
 		retry := uint64(0)
@@ -211,6 +212,7 @@ func (s *ackSession) apply(it *AckItem, t ackTarget, inTx bool) AckItemResult {
 				g.Retry++
 				s.release(c)
 				r.LeaseReleased = true
+				c.charged = true
 			}
 			break
 		}

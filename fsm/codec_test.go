@@ -34,12 +34,13 @@ func sampleCommands() map[Type]Command {
 			{Kind: OpAck, Ack: ack, Group: "g"},
 			{Kind: OpInvalid, Name: "publish"},
 		}},
-		TypeDeleteQueue:   &DeleteQueue{Queue: "orders.eu"},
-		TypeRegisterNode:  &RegisterNode{ID: "n1", RaftAddr: "10.0.0.1:7000", HTTPAddr: "10.0.0.1:6632"},
-		TypeRemoveNode:    &RemoveNode{ID: "n1"},
-		TypeSweep:         &Sweep{Queue: "orders.eu", MaxSegments: 500},
-		TypeExpireLeases:  &ExpireLeases{Grace: 5_000_000, Max: 1000},
-		TypeDeleteMessage: &DeleteMessage{Partition: [16]byte{9, 8, 7}, TxID: "tx-1"},
+		TypeDeleteQueue:        &DeleteQueue{Queue: "orders.eu"},
+		TypeRegisterNode:       &RegisterNode{ID: "n1", RaftAddr: "10.0.0.1:7000", HTTPAddr: "10.0.0.1:6632"},
+		TypeRemoveNode:         &RemoveNode{ID: "n1"},
+		TypeSweep:              &Sweep{Queue: "orders.eu", MaxSegments: 500},
+		TypeExpireLeases:       &ExpireLeases{Grace: 5_000_000, Max: 1000},
+		TypeDeleteMessage:      &DeleteMessage{Partition: [16]byte{9, 8, 7}, TxID: "tx-1"},
+		TypeForgetDeletedTxIDs: &ForgetDeletedTxIDs{Max: 1000},
 	}
 	for ty, c := range ojsSampleCommands(opts, push) {
 		samples[ty] = c

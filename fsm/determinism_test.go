@@ -237,7 +237,7 @@ func (g *generator) step() {
 		case 2:
 			g.commit(g.groupsCommand())
 		case 3:
-			g.commit(g.deleteMessage())
+			g.commit(g.deleteMessage(), &ForgetDeletedTxIDs{Max: uint32(1 + g.pick(3))})
 		default:
 			g.commit(g.ojsCommand())
 		}

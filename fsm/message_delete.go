@@ -39,6 +39,14 @@ func applyDeleteMessage(a *applier, c *DeleteMessage) any {
 	if !ok {
 		return &DeleteMessageResult{}
 	}
+	if q := must1(a.tx.QueueByID(p.QueueID)); q != nil {
+		// The id stays a duplicate for the rest of its dedup window.
+		if ref, ok := must2(a.tx.TxID(p, c.TxID)); ok {
+			if until := a.dedupUntil(q, ref.PushedAt); until != 0 {
+				must(a.tx.RememberDeletedTxID(q.ID, p.ID, c.TxID, ref, until))
+			}
+		}
+	}
 	if !must1(a.tx.DeleteMessage(p, off)) {
 		must(fmt.Errorf("partition %d: transaction id %q indexed at offset %d, which holds no message: %w",
 			p.ID, c.TxID, off, segments.ErrCorrupt))

@@ -19,7 +19,7 @@ func (m *machine) deleteMessage(pid [16]byte, txid string) *DeleteMessageResult 
 // left of it is acked, and the message's traces and detail are gone.
 func TestDeleteMessageForEveryGroup(t *testing.T) {
 	m := newMachine(t)
-	m.push(items("q", "p", seq("m", 6)...)...)
+	pushed := m.push(items("q", "p", seq("m", 6)...)...)
 	pid := m.partition("q", "p").UUID
 	m.trace(AddTrace{PartitionID: pid, TxID: "m2", EventType: "seen"})
 	r := m.mustPop(Lease{Queue: "q", Group: "g", Batch: 3})
@@ -68,9 +68,16 @@ func TestDeleteMessageForEveryGroup(t *testing.T) {
 	if got := m.drainGroup("q", "p", "other"); !reflect.DeepEqual(got, []string{"m1", "m3", "m4", "m5"}) {
 		t.Errorf("another group receives %v", got)
 	}
-	// The transaction id is free again, as in Queen, where the row is gone.
+	// The id stays a duplicate of the deleted message for the rest of its
+	// dedup window (queen-api.md 4.13), answering the original's id; after
+	// the window it can be pushed again.
+	if pr := m.push(item("q", "p", "m2", `"again"`)); pr.Items[0].Status != PushDuplicate ||
+		pr.Items[0].MessageID != pushed.Items[1].MessageID {
+		t.Fatalf("push of a deleted id inside the window: %+v, original %x", pr.Items[0], pushed.Items[1].MessageID)
+	}
+	m.advance(time.Hour + time.Second)
 	if pr := m.push(item("q", "p", "m2", `"again"`)); pr.Items[0].Status != PushQueued {
-		t.Fatalf("push of a deleted id: %+v", pr.Items[0])
+		t.Fatalf("push of a deleted id after the window: %+v", pr.Items[0])
 	}
 }
 
@@ -263,10 +270,10 @@ func TestDeleteMessageGapAndPurgeCount(t *testing.T) {
 }
 
 // TestDeleteMessageThenRepushUnderTheLease: a leased message is deleted and
-// its transaction id pushed again. The consumer acks its batch with its
-// lease: the ack of the deleted message is unresolvable (queen-api.md 3.12)
-// rather than completing the new message, outside the batch, which would
-// move the group past messages it never received.
+// its transaction id pushed again, inside the dedup window: a duplicate, so
+// nothing is stored. The consumer acks its batch with its lease: the ack of
+// the deleted message is unresolvable (queen-api.md 3.12), and the group goes
+// on with the messages after the batch.
 func TestDeleteMessageThenRepushUnderTheLease(t *testing.T) {
 	m := newMachine(t)
 	m.push(items("q", "p", "m1", "m2", "m3")...)
@@ -276,15 +283,17 @@ func TestDeleteMessageThenRepushUnderTheLease(t *testing.T) {
 		t.Fatal("delete m2")
 	}
 	m.push(items("q", "p", "m4", "m5")...)
-	m.push(items("q", "p", "m2")...) // a corrected m2
+	if pr := m.push(items("q", "p", "m2")...); pr.Items[0].Status != PushDuplicate { // a corrected m2
+		t.Fatalf("re-push of m2 inside the window: %+v", pr.Items[0])
+	}
 	res := m.ack("g", ackTx(pid, "m1", r.LeaseID, AckCompleted), ackTx(pid, "m2", r.LeaseID, AckCompleted),
 		ackTx(pid, "m3", r.LeaseID, AckCompleted))
 	if it := res.Items[1]; it.Resolved {
 		t.Errorf("ack of the deleted m2 resolved: %+v", it)
 	}
 	m.advance(time.Millisecond)
-	if got := m.drainGroup("q", "p", "g"); !reflect.DeepEqual(got, []string{"m4", "m5", "m2"}) {
-		t.Errorf("g then receives %v, want [m4 m5 m2]", got)
+	if got := m.drainGroup("q", "p", "g"); !reflect.DeepEqual(got, []string{"m4", "m5"}) {
+		t.Errorf("g then receives %v, want [m4 m5]", got)
 	}
 }
 
@@ -334,5 +343,45 @@ func TestDeleteMessageOfARepeatedID(t *testing.T) {
 	res := m.ack("g", ackAll(r, AckCompleted)...)
 	if !res.Items[0].Success || !res.Items[1].Success || !res.Items[1].LeaseReleased {
 		t.Fatalf("acks of the batch %+v", res.Items)
+	}
+}
+
+// TestForgetDeletedTxIDs: a deletion inside the dedup window is remembered
+// until the window closes; the leader's sweep then forgets it, in bounded
+// steps, and the id is free.
+func TestForgetDeletedTxIDs(t *testing.T) {
+	m := newMachine(t)
+	configureWith(m, "q", func(o *segments.Options) { o.DedupWindowSeconds = 60 })
+	m.push(items("q", "p", "a", "c")...)
+	m.advance(10 * time.Second)
+	m.push(items("q", "p", "b")...)
+	pid := m.partition("q", "p").UUID
+	m.deleteMessage(pid, "a")
+	m.deleteMessage(pid, "b")
+	if due, err := m.f.DeletedTxIDsDue(m.now.UnixMicro()); err != nil || due {
+		t.Fatalf("due inside the window: %v %v", due, err)
+	}
+	m.advance(55 * time.Second) // a's window closed 5 s ago, b's closes in 5 s
+	if due, _ := m.f.DeletedTxIDsDue(m.now.UnixMicro()); !due {
+		t.Fatal("a's expired memory is not due")
+	}
+	if pr := m.push(items("q", "p", "a", "b")...); pr.Items[0].Status != PushQueued || pr.Items[1].Status != PushDuplicate {
+		t.Fatalf("pushes %+v", pr.Items)
+	}
+	r := m.apply(&ForgetDeletedTxIDs{Max: 1})[0].(*ForgetDeletedTxIDsResult)
+	if *r != (ForgetDeletedTxIDsResult{Forgot: 1, More: false}) {
+		t.Fatalf("forget %+v", r)
+	}
+	m.advance(10 * time.Second)
+	m.deleteMessage(pid, "c") // c was pushed 75 s ago: nothing to remember
+	r = m.apply(&ForgetDeletedTxIDs{Max: 1})[0].(*ForgetDeletedTxIDsResult)
+	if *r != (ForgetDeletedTxIDsResult{Forgot: 1, More: false}) {
+		t.Fatalf("second forget %+v", r)
+	}
+	if due, _ := m.f.DeletedTxIDsDue(m.now.UnixMicro() + 1e12); due {
+		t.Fatal("memory left after forgetting")
+	}
+	if res, _ := m.catch(&ForgetDeletedTxIDs{}); res[0].(*ErrorResult) == nil {
+		t.Fatal("a budget of 0 is applied")
 	}
 }

@@ -126,7 +126,11 @@ func (a *applier) pushWith(items []PushItem, principal string, gates int) ([]Pus
 				dups = append(dups, [2]int{i, j})
 				continue
 			}
-			if ref, ok := must2(a.tx.TxID(t.part, it.TxID)); ok && ref.PushedAt >= a.now-Micros(window) {
+			ref, ok := must2(a.tx.TxID(t.part, it.TxID))
+			if !ok {
+				ref, ok = a.deletedDuplicate(q, t.part, it.TxID, window)
+			}
+			if ok && ref.PushedAt >= a.now-Micros(window) {
 				results[i].Status = PushDuplicate
 				results[i].MessageID = ref.MessageID()
 				continue

@@ -55,8 +55,9 @@ var registry = [...]commandSpec{
 	// Streams queries and cycles (streams_commands.go, streams_apply.go).
 	TypeStreamRegister: spec("stream_register", applyStreamRegister),
 	TypeStreamCycle:    spec("stream_cycle", applyStreamCycle),
-	// Message deletion (message_delete.go).
-	TypeDeleteMessage: spec("delete_message", applyDeleteMessage),
+	// Message deletion (message_delete.go) and the dedup memory of deleted ids (dedup.go).
+	TypeDeleteMessage:      spec("delete_message", applyDeleteMessage),
+	TypeForgetDeletedTxIDs: spec("forget_deleted_txids", applyForgetDeletedTxIDs),
 }
 
 func spec[C any, PC interface {

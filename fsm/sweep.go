@@ -115,6 +115,7 @@ func applySweep(a *applier, c *Sweep) any {
 			continue
 		}
 		for i, si := range doomed {
+			a.rememberSegment(q, p, si)
 			n := must1(a.tx.DeleteSegment(p, si.First))
 			res.Segments[rules[i]]++
 			res.Messages[rules[i]] += n

@@ -96,9 +96,14 @@ func TestSweepConsumerInsideDeletedRangeResumes(t *testing.T) {
 	if dl := m.deadLetters("q"); len(dl) != 1 || dl[0].TxID != "a1" {
 		t.Fatalf("dead letters %+v", dl)
 	}
-	// A transaction id of a deleted message can be pushed again.
+	// A deleted message's id stays a duplicate for the rest of its dedup
+	// window (queen-api.md 4.13), then can be pushed again.
+	if pr := m.push(items("q", "p", "a2")...); pr.Items[0].Status != PushDuplicate {
+		t.Fatalf("push inside the window %+v", pr.Items[0])
+	}
+	m.advance(time.Hour)
 	if pr := m.push(items("q", "p", "a2")...); pr.Items[0].Status != PushQueued {
-		t.Fatalf("push %+v", pr.Items[0])
+		t.Fatalf("push after the window %+v", pr.Items[0])
 	}
 }
 

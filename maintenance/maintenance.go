@@ -42,6 +42,14 @@ type OJSState interface {
 	OJSSweepTargets() ([]string, error)
 }
 
+// DedupState reports whether remembered deletions of transaction ids have
+// expired (fsm.FSM): a push of a deleted message's id stays a duplicate for
+// the rest of its dedup window, and the sweep timer then proposes that the
+// memory be dropped. A State that does not implement it gets no such sweep.
+type DedupState interface {
+	DeletedTxIDsDue(now int64) (bool, error)
+}
+
 // Config tunes the timers.
 type Config struct {
 	// RetentionInterval is how often queues with deletion rules are swept
@@ -134,6 +142,10 @@ func (r *Runner) SetLeader(leader bool) {
 	if _, ok := r.state.(OJSState); ok {
 		r.wg.Add(1)
 		go r.every(ctx, r.cfg.RetentionInterval, r.sweepOJS)
+	}
+	if _, ok := r.state.(DedupState); ok {
+		r.wg.Add(1)
+		go r.every(ctx, r.cfg.RetentionInterval, r.forgetDeletedTxIDs)
 	}
 }
 
@@ -240,6 +252,24 @@ func (r *Runner) sweepLeases(ctx context.Context) {
 		if !er.More {
 			return
 		}
+	}
+}
+
+// forgetDeletedTxIDs drops the remembered deletions whose dedup window
+// closed, in bounded steps.
+func (r *Runner) forgetDeletedTxIDs(ctx context.Context) {
+	due, err := r.state.(DedupState).DeletedTxIDsDue(time.Now().UnixMicro())
+	if err != nil {
+		r.log.Error("check deleted transaction ids", "error", err)
+		return
+	}
+	for due && ctx.Err() == nil {
+		res, ok := r.propose(ctx, &fsm.ForgetDeletedTxIDs{Max: r.cfg.RetentionBatch})
+		if !ok {
+			return
+		}
+		r.m.sweeps.WithLabelValues("dedup").Inc()
+		due = res.(*fsm.ForgetDeletedTxIDsResult).More
 	}
 }
 

@@ -675,3 +675,38 @@ func TestRunnerSkipsEnsuringExistingQueues(t *testing.T) {
 		t.Fatalf("ensured %v, want only [other]", names)
 	}
 }
+
+// A deleted message's id is remembered for the rest of its dedup window;
+// once the window closed, the leader's sweep timer proposes that the memory
+// be dropped, and the state machine drops it.
+func TestRunnerForgetsExpiredDeletedTxIDs(t *testing.T) {
+	f, err := fsm.Open(fsm.Config{Dir: t.TempDir(), NodeID: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	// The runner reads the wall clock; the state's time is set just behind it.
+	p := &fsmProposer{t: t, f: f, now: time.Now().Add(-2 * time.Minute)}
+	o := fsm.DefaultOptions(segments.OriginConfigure)
+	o.DedupWindowSeconds = 60
+	p.apply(&fsm.Configure{Queue: "q", Options: o})
+	pr := p.apply(&fsm.Push{Items: []fsm.PushItem{{Queue: "q", Partition: "p", TxID: "gone", Payload: []byte(`1`)}}})[0].(*fsm.PushResult)
+	p.apply(&fsm.DeleteMessage{Partition: pr.Items[0].PartitionID, TxID: "gone"})
+	if due, _ := f.DeletedTxIDsDue(p.now.UnixMicro()); due {
+		t.Fatal("due inside the window")
+	}
+	p.advance(2 * time.Minute)
+	if due, _ := f.DeletedTxIDsDue(time.Now().UnixMicro()); !due {
+		t.Fatal("not due after the window")
+	}
+	r, reg := newRunner(t, maintenance.Config{RetentionInterval: 5 * time.Millisecond, LeaseInterval: time.Hour}, p, f)
+	r.SetLeader(true)
+	waitFor(t, "the memory forgotten", 10*time.Second, func() bool {
+		due, _ := f.DeletedTxIDsDue(time.Now().Add(time.Hour).UnixMicro())
+		return !due
+	})
+	r.Close()
+	if v := metric(t, reg, "crown_sweep_commands_total", "kind", "dedup"); v < 1 {
+		t.Fatalf("dedup sweep commands %v", v)
+	}
+}

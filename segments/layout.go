@@ -62,6 +62,7 @@ var allBuckets = [][]byte{
 	bucketPolicies, bucketQEvents,
 	bucketTraces, bucketTraceNames, bucketTraceOrder, bucketPushBuffer,
 	bucketStreamQueries, bucketStreamNames, bucketStreamSources, bucketStreamState,
+	bucketTxGone, bucketTxGoneAt,
 }
 
 // Keys of the meta bucket.

@@ -502,6 +502,10 @@ type Tx struct {
 	// from segment to segment (Scan's blobs are never reused: they are
 	// handed out).
 	scratch []byte
+	// goneKnown and goneAny cache whether any deleted transaction id is
+	// remembered (dedup.go): every deduplicated push that misses the index
+	// asks, and the memory is usually empty.
+	goneKnown, goneAny bool
 }
 
 type undoRec struct {
@@ -539,6 +543,8 @@ const (
 	bStreamNames
 	bStreamSources
 	bStreamState
+	bTxGone
+	bTxGoneAt
 )
 
 var bucketOrder = [...][]byte{
@@ -552,6 +558,8 @@ var bucketOrder = [...][]byte{
 	// Streams (streams.go).
 	bStreamQueries: bucketStreamQueries, bStreamNames: bucketStreamNames,
 	bStreamSources: bucketStreamSources, bStreamState: bucketStreamState,
+	// Deduplication of deleted messages (dedup.go).
+	bTxGone: bucketTxGone, bTxGoneAt: bucketTxGoneAt,
 }
 
 func newTx(btx *bolt.Tx, s *Store) *Tx {
