@@ -490,29 +490,36 @@ type fsmProposer struct {
 }
 
 func (p *fsmProposer) apply(cmds ...fsm.Command) []any {
+	res, _ := p.applyAt(cmds...)
+	return res
+}
+
+// applyAt applies commands as one entry and returns their results and the
+// entry's index. The runner's timers propose from several goroutines.
+func (p *fsmProposer) applyAt(cmds ...fsm.Command) ([]any, uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	b, err := fsm.AppendEntry(nil, &fsm.Entry{Stamp: p.now.UnixMicro(), Origin: "n1", Commands: cmds})
 	if err != nil {
 		p.t.Error(err)
-		return nil
+		return nil, 0
 	}
 	p.index++
 	r := p.f.ApplyBatch([]*raft.Log{{Index: p.index, Term: 1, Type: raft.LogCommand, Data: b}})[0]
 	er, ok := r.(*fsm.EntryResult)
 	if !ok {
 		p.t.Errorf("entry result %T %+v", r, r)
-		return nil
+		return nil, 0
 	}
-	return er.Results
+	return er.Results, p.index
 }
 
 func (p *fsmProposer) Propose(_ context.Context, cmd fsm.Command) (any, uint64, error) {
-	res := p.apply(cmd)
+	res, index := p.applyAt(cmd)
 	if len(res) != 1 {
 		return nil, 0, errors.New("no result")
 	}
-	return res[0], p.index, nil
+	return res[0], index, nil
 }
 
 func (p *fsmProposer) advance(d time.Duration) {
