@@ -39,12 +39,14 @@ func applyDeleteMessage(a *applier, c *DeleteMessage) any {
 	if !ok {
 		return &DeleteMessageResult{}
 	}
-	if q := must1(a.tx.QueueByID(p.QueueID)); q != nil {
-		// The id stays a duplicate for the rest of its dedup window.
-		if ref, ok := must2(a.tx.TxID(p, c.TxID)); ok {
-			if until := a.dedupUntil(q, ref.PushedAt); until != 0 {
-				must(a.tx.RememberDeletedTxID(q.ID, p.ID, c.TxID, ref, until))
-			}
+	q := must1(a.tx.QueueByID(p.QueueID))
+	if q == nil {
+		must(fmt.Errorf("partition %d of queue %d, which is not stored: %w", p.ID, p.QueueID, segments.ErrCorrupt))
+	}
+	// The id stays a duplicate for the rest of its dedup window.
+	if ref, ok := must2(a.tx.TxID(p, c.TxID)); ok {
+		if until := a.dedupUntil(q, ref.PushedAt); until != 0 {
+			must(a.tx.RememberDeletedTxID(q.ID, p.ID, c.TxID, ref, until))
 		}
 	}
 	if !must1(a.tx.DeleteMessage(p, off)) {
@@ -100,9 +102,7 @@ func applyDeleteMessage(a *applier, c *DeleteMessage) any {
 	}
 	if ended {
 		// The partition is free for these groups again: wake parked pops.
-		if q := must1(a.tx.QueueByID(p.QueueID)); q != nil {
-			a.events.touch(q.Name)
-		}
+		a.events.touch(q.Name)
 	}
 	return &DeleteMessageResult{Found: true}
 }
