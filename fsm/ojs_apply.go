@@ -522,18 +522,8 @@ func checkIntake(q *segments.Queue, principal string) *Refusal {
 // checkCapacity refuses a push that would take q's backlog past a bound.
 // A queue created by this push has no backlog yet.
 func (a *applier) checkCapacity(q *segments.Queue, n, size uint64) *Refusal {
-	l := &q.OJS.Limits
-	var depth, bytes uint64
-	if q.ID != 0 {
-		depth, bytes = queueDepth(a.tx, q, l.MaxSizeBytes > 0)
-	}
-	if l.MaxDepth > 0 && depth+n > uint64(l.MaxDepth) {
-		return &Refusal{Code: RefuseFull, Queue: q.Name, Depth: int64(depth), Bound: l.MaxDepth, BoundType: "depth"}
-	}
-	if l.MaxSizeBytes > 0 && bytes+size > uint64(l.MaxSizeBytes) {
-		return &Refusal{Code: RefuseFull, Queue: q.Name, Depth: int64(bytes), Bound: l.MaxSizeBytes, BoundType: "size"}
-	}
-	return nil
+	r, _ := a.capacityFill(q, n, size)
+	return r
 }
 
 // recordOverflow counts a capacity refusal on the queue (after the push's
@@ -560,7 +550,7 @@ func applyPushAs(a *applier, c *PushAs) any {
 		a.recordOverflow(ref)
 		return &PushResult{Items: make([]PushItemResult, len(c.Items)), Refused: ref}
 	}
-	return &PushResult{Items: res}
+	return &PushResult{Items: res, Pressure: a.pressure}
 }
 
 // ---- pop-side checks ----
@@ -650,6 +640,16 @@ func applyOJSDeleteQueue(a *applier, c *OJSDeleteQueue) any {
 		}
 	}
 	if n, _ := liveLeases(a.tx, q, a.now); n > 0 {
+		// The jobs outside live leases are handled now (ojs-queues.md 6.5):
+		// removed, or moved into the target (created now). The leased
+		// batches are left to finish; the last one to settle completes
+		// the deletion with what is left (maybeFinish).
+		var affected uint64
+		if c.Strategy == segments.DeleteMove {
+			affected = a.moveBacklog(q, c.Target, true)
+		} else {
+			affected = a.purgeIdle(q)
+		}
 		ensureOJS(q)
 		s := q.OJS
 		if s.State != segments.OJSDraining {
@@ -660,8 +660,8 @@ func applyOJSDeleteQueue(a *applier, c *OJSDeleteQueue) any {
 		setGate(s)
 		must(a.tx.PutQueue(q))
 		a.events.touch(q.Name)
-		a.event(segments.QueueEvent{Type: "queue.draining", Queue: q.Name, Reason: "deleting", Strategy: StrategyName(c.Strategy), Target: c.Target})
-		return &OJSResult{Queue: copyQueue(q), Pending: true, Affected: depth, Changed: true}
+		a.event(segments.QueueEvent{Type: "queue.draining", Queue: q.Name, Reason: "deleting", Strategy: StrategyName(c.Strategy), Target: c.Target, Count: int64(affected)})
+		return &OJSResult{Queue: copyQueue(q), Pending: true, Affected: affected, Changed: true}
 	}
 	n := a.finishDeletion(q, c.Strategy, c.Target)
 	last := copyQueue(q)
@@ -679,7 +679,7 @@ func applyOJSDeleteQueue(a *applier, c *OJSDeleteQueue) any {
 func (a *applier) finishDeletion(q *segments.Queue, strategy uint8, target string) uint64 {
 	var n uint64
 	if strategy == segments.DeleteMove {
-		n = a.moveBacklog(q, target)
+		n = a.moveBacklog(q, target, false)
 	} else {
 		n, _ = queueDepth(a.tx, q, false)
 	}
@@ -693,43 +693,48 @@ func (a *applier) finishDeletion(q *segments.Queue, strategy uint8, target strin
 // moveBacklog appends the unconsumed messages of every partition of q to
 // the partition of the same name in target (created implicitly), in order,
 // as new messages of the target (transaction ids, trace ids, producer subs
-// and payloads are kept; message ids are re-issued).
-func (a *applier) moveBacklog(q *segments.Queue, target string) uint64 {
+// and payloads are kept; message ids are re-issued). With idleOnly, only
+// the messages after the partition's live leased batches move, and they
+// leave q's backlog as purgeBacklog removes them; the leased batches stay.
+func (a *applier) moveBacklog(q *segments.Queue, target string, idleOnly bool) uint64 {
 	tq := must1(a.tx.Queue(target))
 	if tq == nil {
 		nq, _ := a.newQueue(target, segments.OriginOJS, BindAuto, "")
 		a.store(nq)
 		tq = nq
 	}
-	var parts []*segments.Partition
-	must(a.tx.ForEachPartition(q.ID, "", func(p *segments.Partition) (bool, error) {
-		parts = append(parts, p)
-		return true, nil
-	}))
+	parts := partitionsOf(a.tx, q.ID)
 	var moved uint64
 	const chunk = 1000
 	for _, p := range parts {
 		if p.Messages == 0 {
 			continue
 		}
+		from := slowest(a.tx, p)
+		if idleOnly {
+			from = idleFrom(a.tx, p, from, a.now)
+		}
 		var msgs []segments.Message
-		must(a.tx.Scan(p, slowest(a.tx, p), func(sm *segments.StoredMessage) (bool, error) {
+		must(a.tx.Scan(p, from, func(sm *segments.StoredMessage) (bool, error) {
 			m := sm.Message
 			m.Payload = bytes.Clone(sm.Payload)
 			msgs = append(msgs, m)
 			return true, nil
 		}))
-		if len(msgs) == 0 {
-			continue
+		if len(msgs) > 0 {
+			tp := a.partitionForPush(tq, p.Name)
+			for i := 0; i < len(msgs); i += chunk {
+				part := msgs[i:min(i+chunk, len(msgs))]
+				base := must1(a.tx.ReserveIDs(uint64(len(part))))
+				must1(a.tx.AppendSegment(tp, a.now, base, part))
+			}
+			must(a.tx.PutPartition(tp))
+			moved += uint64(len(msgs))
 		}
-		tp := a.partitionForPush(tq, p.Name)
-		for i := 0; i < len(msgs); i += chunk {
-			part := msgs[i:min(i+chunk, len(msgs))]
-			base := must1(a.tx.ReserveIDs(uint64(len(part))))
-			must1(a.tx.AppendSegment(tp, a.now, base, part))
+		if idleOnly {
+			a.purgeBacklog(p)
+			must(a.tx.PutPartition(p))
 		}
-		must(a.tx.PutPartition(tp))
-		moved += uint64(len(msgs))
 	}
 	a.events.touch(tq.Name)
 	return moved
@@ -772,11 +777,7 @@ func applyOJSPurgeQueue(a *applier, c *OJSPurgeQueue) any {
 	if deleting(q) {
 		return conflict("queue_deleting", q, "queue %s is being deleted", c.Name)
 	}
-	var parts []*segments.Partition
-	must(a.tx.ForEachPartition(q.ID, "", func(p *segments.Partition) (bool, error) {
-		parts = append(parts, p)
-		return true, nil
-	}))
+	parts := partitionsOf(a.tx, q.ID)
 	var n uint64
 	for _, p := range parts {
 		if c.States&PurgeCompleted != 0 {
@@ -832,17 +833,64 @@ func (a *applier) purgeConsumed(p *segments.Partition) uint64 {
 	return n
 }
 
+// partitionsOf loads every partition of queue qid, so that a caller may
+// write them while it walks them.
+func partitionsOf(tx *segments.Tx, qid uint64) []*segments.Partition {
+	var parts []*segments.Partition
+	must(tx.ForEachPartition(qid, "", func(p *segments.Partition) (bool, error) {
+		parts = append(parts, p)
+		return true, nil
+	}))
+	return parts
+}
+
+// purgeIdle removes the backlog of every partition of q except the live
+// leased batches (purgeBacklog), and returns how many messages went.
+func (a *applier) purgeIdle(q *segments.Queue) uint64 {
+	parts := partitionsOf(a.tx, q.ID)
+	var n uint64
+	for _, p := range parts {
+		n += a.purgeBacklog(p)
+		must(a.tx.PutPartition(p))
+	}
+	a.events.touch(q.Name)
+	return n
+}
+
+// liveBatchEnd is the last offset of the partition's live leased batches
+// at now (0: none; offsets start at 1).
+func liveBatchEnd(tx *segments.Tx, p *segments.Partition, now int64) uint64 {
+	var hi uint64
+	must(tx.ForEachGroup(p.ID, func(_ string, g *segments.Group) (bool, error) {
+		if g.LeaseLive(now) && g.HasBatch() {
+			hi = max(hi, g.LeaseLast)
+		}
+		return true, nil
+	}))
+	return hi
+}
+
+// idleFrom is the first offset of the partition's backlog outside its live
+// leased batches: after the last of them, or from (the slowest cursor)
+// when there is none. purgeBacklog removes what is stored from there.
+func idleFrom(tx *segments.Tx, p *segments.Partition, from uint64, now int64) uint64 {
+	if hi := liveBatchEnd(tx, p, now); hi != 0 {
+		return max(from, hi+1)
+	}
+	return from
+}
+
 // purgeBacklog removes the unconsumed messages of a partition except those
 // in live leased batches: groups without a live lease move past the end,
-// and the storage after the last live batch is deleted.
+// and the storage from idleFrom on is deleted (a segment across that
+// offset is cut there). It returns by how much the backlog shrank.
 func (a *applier) purgeBacklog(p *segments.Partition) uint64 {
 	backlog := partitionBacklog(a.tx, p)
 	if backlog == 0 {
 		return 0
 	}
 	from := slowest(a.tx, p)
-	var keepHi uint64 // last offset of a live batch, 0: none
-	var leased uint64
+	cut := idleFrom(a.tx, p, from, a.now)
 	type gs struct {
 		name string
 		g    *segments.Group
@@ -856,8 +904,6 @@ func (a *applier) purgeBacklog(p *segments.Partition) uint64 {
 	for _, x := range groups {
 		g := x.g
 		if g.LeaseLive(a.now) && g.HasBatch() {
-			keepHi = max(keepHi, g.LeaseLast)
-			leased += storedBetween(a.tx, p, g.Next, g.LeaseLast+1)
 			continue
 		}
 		if g.HasLease() {
@@ -876,22 +922,21 @@ func (a *applier) purgeBacklog(p *segments.Partition) uint64 {
 		return true, nil
 	}))
 	for _, s := range segs {
-		last := s.first + s.count - 1
 		switch {
-		case last < from:
-			// consumed by every group: not backlog
-		case keepHi == 0 || s.first > keepHi:
-			if s.first >= from {
-				must1(a.tx.DeleteSegment(p, s.first))
-			}
-		case last > keepHi && s.first >= from:
-			must1(a.tx.TruncateSegment(p, s.first, keepHi-s.first+1))
+		case s.first+s.count <= cut:
+			// before the cut: consumed, or kept for a live batch
+		case s.first >= cut:
+			must1(a.tx.DeleteSegment(p, s.first))
+		default:
+			// across the cut: keep its head (consumed or leased)
+			must1(a.tx.TruncateSegment(p, s.first, cut-s.first))
 		}
 	}
-	if backlog < leased {
+	after := partitionBacklog(a.tx, p)
+	if backlog < after {
 		return 0
 	}
-	return backlog - leased
+	return backlog - after
 }
 
 // ---- policies ----

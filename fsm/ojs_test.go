@@ -383,8 +383,8 @@ func TestOJSDeleteStrategies(t *testing.T) {
 	m.push(items("pg", "", "1", "2", "3")...)
 	pr = m.pop(wild("pg", 1))
 	r := m.ojsOK(&OJSDeleteQueue{Name: "pg", Strategy: segments.DeletePurge})
-	if !r.Pending || r.Affected != 3 {
-		t.Fatalf("purge with a lease: %+v", r)
+	if !r.Pending || r.Affected != 2 || m.depth("pg") != 1 {
+		t.Fatalf("purge with a lease: %+v, depth %d", r, m.depth("pg"))
 	}
 	if m.push(item("pg", "", "4", `1`)).Refused.Code != RefuseDeleting {
 		t.Fatal("push to a deleting queue")
@@ -692,4 +692,159 @@ func TestOJSPurgeCompletedPartlyConsumedSegment(t *testing.T) {
 			})
 		})
 	}
+}
+
+// viewOf is the OJS view of a queue at the machine's clock.
+func (m *machine) viewOf(queue string) OJSQueueView {
+	m.t.Helper()
+	var v OJSQueueView
+	m.view(func(tx *segments.Tx) error {
+		v = ojsView(tx, m.queue(queue), m.now.UnixMicro())
+		return nil
+	})
+	return v
+}
+
+// TestOJSDeletePurgeWithLeaseRemovesIdleNow checks that a DELETE with
+// strategy purge (and discard) of a queue with a live lease removes the
+// jobs that are not active at once and leaves only the leased ones, which
+// go when they settle (ojs-queues.md 6.5): the 202 counts are what is left.
+func TestOJSDeletePurgeWithLeaseRemovesIdleNow(t *testing.T) {
+	for _, strategy := range []uint8{segments.DeletePurge, segments.DeleteDiscard} {
+		t.Run(StrategyName(strategy), func(t *testing.T) {
+			m := newMachine(t)
+			m.push(items("pg", "", "1", "2", "3")...)
+			m.push(items("pg", "", "4")...)
+			m.push(items("pg", "other", "o1", "o2")...) // a partition without a lease
+			pr := m.pop(Lease{Scope: ScopeSpecific, Queue: "pg", Partition: "", Group: QueueMode, Batch: 1, MaxPartitions: 1})
+			if got := txids(pr); len(got) != 1 || got[0] != "1" {
+				t.Fatalf("setup pop: %v", got)
+			}
+			r := m.ojsOK(&OJSDeleteQueue{Name: "pg", Strategy: strategy})
+			if !r.Pending || r.Affected != 5 {
+				t.Fatalf("delete with a lease: %+v", r)
+			}
+			if got := m.stored("pg", ""); strings.Join(got, ",") != "1" {
+				t.Fatalf("stored after the delete: %v, want only the leased 1", got)
+			}
+			if got := m.stored("pg", "other"); len(got) != 0 {
+				t.Fatalf("idle partition still stores %v", got)
+			}
+			if v := m.viewOf("pg"); v.Depth != 1 || v.Active != 1 || v.Available != 0 {
+				t.Fatalf("view after the delete: %+v", v)
+			}
+			// A repeat answers the progress: what is left.
+			if r := m.ojsOK(&OJSDeleteQueue{Name: "pg", Strategy: strategy}); !r.Pending || r.Affected != 1 {
+				t.Fatalf("repeat: %+v", r)
+			}
+			m.view(func(tx *segments.Tx) error {
+				if err := checkInvariants(tx); err != nil {
+					t.Error(err)
+				}
+				return nil
+			})
+			m.ack(QueueMode, ackAll(pr, AckCompleted)...)
+			if m.queue("pg") != nil {
+				t.Fatal("deletion not finished by the last ack")
+			}
+		})
+	}
+}
+
+// TestOJSDeleteMoveWithLeaseMovesIdleNow checks that a DELETE with strategy
+// move of a queue with a live lease moves the jobs that are not active at
+// once into the target, created now, and the leased ones when their lease
+// settles: not at all when acked, at the end of the target's order when the
+// lease expires (the sweep finishes the deletion) (ojs-queues.md 6.5).
+func TestOJSDeleteMoveWithLeaseMovesIdleNow(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		settle func(m *machine, pr *LeaseResult)
+		want0  string
+	}{
+		{"ack", func(m *machine, pr *LeaseResult) { m.ack(QueueMode, ackAll(pr, AckCompleted)...) }, "a2,a3,a4"},
+		{"expiry", func(m *machine, pr *LeaseResult) {
+			m.advance(time.Duration(m.queue("src").Options.LeaseTime+1) * time.Second)
+			if r := m.apply(&OJSSweep{Queue: "src", MaxDLQ: 10})[0].(*OJSSweepResult); !r.Finished {
+				m.t.Fatalf("sweep after expiry: %+v", r)
+			}
+		}, "a2,a3,a4,a1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := newMachine(t)
+			m.push(items("src", "p0", "a1", "a2", "a3")...)
+			m.push(items("src", "p0", "a4")...)
+			m.push(items("src", "p1", "b1", "b2")...)
+			pr := m.pop(Lease{Scope: ScopeSpecific, Queue: "src", Partition: "p0", Group: QueueMode, Batch: 1, MaxPartitions: 1})
+			if got := txids(pr); len(got) != 1 || got[0] != "a1" {
+				t.Fatalf("setup pop: %v", got)
+			}
+			r := m.ojsOK(&OJSDeleteQueue{Name: "src", Strategy: segments.DeleteMove, Target: "dst"})
+			if !r.Pending || r.Affected != 5 {
+				t.Fatalf("move with a lease: %+v", r)
+			}
+			if m.queue("dst") == nil {
+				t.Fatal("the target was not created by the move")
+			}
+			if got := m.stored("dst", "p0"); strings.Join(got, ",") != "a2,a3,a4" {
+				t.Fatalf("dst p0 after the delete: %v", got)
+			}
+			if got := m.stored("dst", "p1"); strings.Join(got, ",") != "b1,b2" {
+				t.Fatalf("dst p1 after the delete: %v", got)
+			}
+			if got := m.stored("src", "p0"); strings.Join(got, ",") != "a1" {
+				t.Fatalf("src p0 after the delete: %v", got)
+			}
+			if v := m.viewOf("src"); v.Depth != 1 || v.Active != 1 || v.Available != 0 {
+				t.Fatalf("source view after the delete: %+v", v)
+			}
+			if d := m.depth("dst"); d != 5 {
+				t.Fatalf("target depth %d", d)
+			}
+			// The moved jobs are deliverable from the target at once.
+			if got := txids(m.pop(Lease{Scope: ScopeSpecific, Queue: "dst", Partition: "p1", Group: QueueMode, Batch: 10, MaxPartitions: 1})); strings.Join(got, ",") != "b1,b2" {
+				t.Fatalf("pop from the target: %v", got)
+			}
+			m.view(func(tx *segments.Tx) error {
+				if err := checkInvariants(tx); err != nil {
+					t.Error(err)
+				}
+				return nil
+			})
+			c.settle(m, pr)
+			if m.queue("src") != nil {
+				t.Fatal("deletion not finished")
+			}
+			if got := m.stored("dst", "p0"); strings.Join(got, ",") != c.want0 {
+				t.Fatalf("dst p0 at the end: %v, want %s", got, c.want0)
+			}
+		})
+	}
+}
+
+// TestOJSPurgeBacklogCutsSegmentAcrossCursor checks that a purge of the
+// backlog removes the unconsumed tail of a segment whose head was consumed
+// and holds a live batch: only the leased message stays.
+func TestOJSPurgeBacklogCutsSegmentAcrossCursor(t *testing.T) {
+	m := newMachine(t)
+	m.push(items("pq", "", "1", "2", "3", "4", "5", "6")...) // one segment
+	pr := m.pop(wild("pq", 2))
+	m.ack(QueueMode, ackAll(pr, AckCompleted)...)
+	pr = m.pop(wild("pq", 1)) // "3" leased
+	if r := m.ojsOK(&OJSPurgeQueue{Name: "pq", States: PurgeBacklog}); r.Affected != 3 {
+		t.Fatalf("purged %d, want 3", r.Affected)
+	}
+	if got := m.stored("pq", ""); strings.Join(got, ",") != "1,2,3" {
+		t.Fatalf("stored after the purge: %v", got)
+	}
+	m.ack(QueueMode, ackAll(pr, AckCompleted)...)
+	if got := m.pop(wild("pq", 10)); got.Count() != 0 {
+		t.Fatalf("purged messages delivered: %v", txids(got))
+	}
+	m.view(func(tx *segments.Tx) error {
+		if err := checkInvariants(tx); err != nil {
+			t.Error(err)
+		}
+		return nil
+	})
 }

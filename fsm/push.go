@@ -15,7 +15,7 @@ func applyPush(a *applier, c *Push) any {
 		a.recordOverflow(ref)
 		return &PushResult{Items: make([]PushItemResult, len(c.Items)), Refused: ref}
 	}
-	return &PushResult{Items: res}
+	return &PushResult{Items: res, Pressure: a.pressure}
 }
 
 // pushTarget gathers the queued items of one request for one partition: they
@@ -50,6 +50,7 @@ const (
 )
 
 func (a *applier) pushWith(items []PushItem, principal string, gates int) ([]PushItemResult, *Refusal) {
+	a.pressure = nil
 	results := make([]PushItemResult, len(items))
 	queues := make(map[string]*segments.Queue)
 	type partKey struct {
@@ -229,12 +230,46 @@ func (a *applier) checkPushCapacity(queues map[string]*segments.Queue, targets [
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	var fullest *Pressure
 	for _, n := range names {
-		if r := a.checkCapacity(queues[n], loads[n].n, loads[n].size); r != nil {
+		r, p := a.capacityFill(queues[n], loads[n].n, loads[n].size)
+		if r != nil {
 			return r
 		}
+		if p != nil && (fullest == nil || p.Ratio() > fullest.Ratio()) {
+			fullest = p
+		}
 	}
+	a.pressure = fullest
 	return nil
+}
+
+// pressureThreshold is the share of a bound from which a push that fits
+// reports the queue's pressure (ojs-queues.md 7.1).
+const pressureThreshold = 0.8
+
+// capacityFill refuses a push of n messages (size payload bytes) that would
+// take q's backlog past a bound; one that fits but leaves the backlog at
+// pressureThreshold or more of a bound reports the fullest bound.
+func (a *applier) capacityFill(q *segments.Queue, n, size uint64) (*Refusal, *Pressure) {
+	l := &q.OJS.Limits
+	var depth, bytes uint64
+	if q.ID != 0 {
+		depth, bytes = queueDepth(a.tx, q, l.MaxSizeBytes > 0)
+	}
+	if l.MaxDepth > 0 && depth+n > uint64(l.MaxDepth) {
+		return &Refusal{Code: RefuseFull, Queue: q.Name, Depth: int64(depth), Bound: l.MaxDepth, BoundType: "depth"}, nil
+	}
+	if l.MaxSizeBytes > 0 && bytes+size > uint64(l.MaxSizeBytes) {
+		return &Refusal{Code: RefuseFull, Queue: q.Name, Depth: int64(bytes), Bound: l.MaxSizeBytes, BoundType: "size"}, nil
+	}
+	var p *Pressure
+	for _, c := range []Pressure{{q.Name, int64(depth + n), l.MaxDepth, "depth"}, {q.Name, int64(bytes + size), l.MaxSizeBytes, "size"}} {
+		if c.Bound > 0 && c.Ratio() >= pressureThreshold && (p == nil || c.Ratio() > p.Ratio()) {
+			p = &c
+		}
+	}
+	return nil, p
 }
 
 // markWindow tracks the windowBuffer burst of a partition: a push after the

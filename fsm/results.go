@@ -28,7 +28,21 @@ type PushResult struct {
 	Items []PushItemResult
 	// Refused is set when nothing was stored because of an OJS rule.
 	Refused *Refusal
+	// Pressure is set when the push left a bounded queue at 80 % or more
+	// of a bound (ojs-queues.md 7.1): the fullest such queue.
+	Pressure *Pressure
 }
+
+// Pressure is how full a push left a bounded queue.
+type Pressure struct {
+	Queue     string
+	Depth     int64 // the queue's depth (or size) after the push
+	Bound     int64
+	BoundType string
+}
+
+// Ratio is Depth over Bound.
+func (p *Pressure) Ratio() float64 { return float64(p.Depth) / float64(p.Bound) }
 
 // DeliveredMessage is one message handed out by a pop.
 type DeliveredMessage struct {

@@ -361,3 +361,83 @@ func TestOJSBackendErrorRetryable(t *testing.T) {
 		}
 	}
 }
+
+// TestOJSDelete202IdleJobsHandledNow checks that a DELETE with strategy move
+// or purge of a queue with an active job handles the jobs that are not
+// active at once (ojs-queues.md 6.5): the 202 answer shows only the active
+// job left (depth 1, active 1), jobs_affected counts the others, a move's
+// target holds them already, and the last ack completes the deletion.
+func TestOJSDelete202IdleJobsHandledNow(t *testing.T) {
+	for _, strategy := range []string{"move", "purge"} {
+		t.Run(strategy, func(t *testing.T) {
+			s := newStack(t)
+			s.ojs("POST", "/ojs/v1/queues", `{"name":"old"}`).want(t, 201)
+			s.qpush("old", "", "a", "b", "c")
+			m := s.popOne("/api/v1/pop/queue/old?batch=1&wait=false") // "a" is active
+			path := "/ojs/v1/queues/old?strategy=" + strategy
+			if strategy == "move" {
+				path += "&target_queue=new"
+			}
+			a := s.ojs("DELETE", path, "").want(t, 202)
+			if a.at("queue.state") != "draining" || a.num(t, "queue.depth") != 1 || a.num(t, "queue.active") != 1 ||
+				a.num(t, "queue.available") != 0 || a.num(t, "jobs_affected") != 2 ||
+				a.num(t, "queue.deletion.active_remaining") != 1 {
+				t.Fatalf("202 answer: %s", a.Raw)
+			}
+			if strategy == "move" {
+				g := s.ojs("GET", "/ojs/v1/queues/new", "").want(t, 200)
+				if g.num(t, "queue.depth") != 2 || g.num(t, "queue.available") != 2 {
+					t.Fatalf("target while the source drains: %s", g.Raw)
+				}
+			}
+			s.ack(obj{"transactionId": m["transactionId"], "partitionId": m["partitionId"], "leaseId": m["leaseId"], "status": "completed"})
+			s.ojs("GET", "/ojs/v1/queues/old", "").want(t, 404)
+			if strategy == "move" {
+				if g := s.ojs("GET", "/ojs/v1/queues/new", "").want(t, 200); g.num(t, "queue.depth") != 2 {
+					t.Fatalf("target after the last ack: %s", g.Raw)
+				}
+			}
+		})
+	}
+}
+
+// TestOJSAllConfigProblems checks that a create, PATCH and PUT with several
+// problems list every one in details.errors, shape and value problems
+// together, with 400 winning over 422 and the first problem giving
+// details.field, type and message (ojs-queues.md 0.5, 2.1).
+func TestOJSAllConfigProblems(t *testing.T) {
+	s := newStack(t)
+	check := func(a ojsAns, status int, code string, fields ...string) {
+		t.Helper()
+		a.want(t, status)
+		errs, _ := a.at("error.details.errors").([]any)
+		var got []string
+		for _, x := range errs {
+			m, _ := x.(map[string]any)
+			if m["type"] == nil || m["message"] == "" {
+				t.Errorf("entry without type or message: %v", m)
+			}
+			got = append(got, fmt.Sprint(m["field"]))
+		}
+		if strings.Join(got, " ") != strings.Join(fields, " ") {
+			t.Errorf("details.errors fields %v, want %v: %s", got, fields, a.Raw)
+		}
+		first, _ := errs[0].(map[string]any)
+		if a.at("error.code") != code || a.at("error.details.field") != fields[0] ||
+			a.at("error.type") != first["type"] || a.at("error.message") != first["message"] {
+			t.Errorf("top level does not match the first problem %v: %s", first, a.Raw)
+		}
+	}
+	check(s.ojs("POST", "/ojs/v1/queues", `{"name":"mp","bogus":1,"extra":2,"state":"draining",`+
+		`"capacity":{"max_depth":-1,"nope":1},"processing":{"visibility_timeout":"30"},"retention":{"failed_ttl":"P1M"}}`),
+		400, "invalid_request", "bogus", "extra", "capacity.nope", "processing.visibility_timeout",
+		"state", "retention.failed_ttl", "capacity.max_depth")
+	// Value problems only: 422, all of them.
+	check(s.ojs("POST", "/ojs/v1/queues", `{"name":"mp","config":{"capacity":{"max_depth":-1},"dead_letter":{"max_count":0}}}`),
+		422, "validation_error", "config.capacity.max_depth", "config.dead_letter.max_count")
+	s.ojs("POST", "/ojs/v1/queues", `{"name":"mp"}`).want(t, 201)
+	check(s.ojs("PATCH", "/ojs/v1/queues/mp", `{"depth":1,"zz":1,"state":"gone","capacity":{"max_depth":1.5},"processing":{"visibility_timeout":0}}`),
+		400, "invalid_request", "depth", "zz", "capacity.max_depth", "state", "processing.visibility_timeout")
+	check(s.ojs("PUT", "/ojs/v1/queues/mp/config", `{"config":{"nope":{},"capacity":{"max_depth":-1}}}`),
+		400, "invalid_request", "config.nope", "config.capacity.max_depth")
+}

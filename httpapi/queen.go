@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 
 	"github.com/crownmq/crown/fsm"
 	"github.com/crownmq/crown/httpapi/envelope"
@@ -91,6 +92,13 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	}
 	if writeBufferedPush(w, items, pr) { // push maintenance (system.go)
 		return
+	}
+	if p := pr.Pressure; p != nil {
+		// A bounded queue at 80 % or more of a bound (ojs-queues.md 7.1).
+		h := w.Header()
+		h.Set("X-OJS-Queue-Pressure", strconv.FormatFloat(p.Ratio(), 'f', 2, 64))
+		h.Set("X-OJS-Queue-Depth", strconv.FormatInt(p.Depth, 10))
+		h.Set("X-OJS-Queue-Bound", strconv.FormatInt(p.Bound, 10))
 	}
 	buf := getBuf()
 	*buf = appendPushResults(*buf, items, pr.Items)

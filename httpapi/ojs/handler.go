@@ -188,11 +188,12 @@ func (h *Handler) configBody(r *http.Request, patch bool) ([]byte, fsm.QueueConf
 	if e != nil {
 		return nil, fsm.QueueConfig{}, 0, e
 	}
-	if e := checkMembers(m, "config"); e != nil {
+	ps := unknownMembers(m, "", "is not a known member", true, "config")
+	cfg, unset, more := configProblems(m, patch)
+	if e := problems(append(ps, more...)); e != nil {
 		return nil, fsm.QueueConfig{}, 0, e
 	}
-	cfg, unset, e := configOf(m, patch)
-	return b, cfg, unset, e
+	return b, cfg, unset, nil
 }
 
 // queryLimit reads the "limit" query parameter of a listing: def when

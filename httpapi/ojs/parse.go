@@ -20,32 +20,40 @@ type problem struct {
 	status  int
 }
 
-// problems turns findings into one error: 400 when any is a shape error,
-// otherwise 422. details.field is the first one, details.errors all of them.
+// problems turns findings into one error (ojs-queues.md 0.5, 2.1). Shape
+// errors (400) are more severe than value errors (422): the status is 400
+// when any finding is a shape error, otherwise 422. details.errors holds
+// every finding, shape errors first, each group in the order found; the
+// first entry gives details.field, the error type and the message.
 func problems(ps []problem) *Error {
 	if len(ps) == 0 {
 		return nil
 	}
+	all := append([]problem(nil), ps...)
+	sort.SliceStable(all, func(i, j int) bool {
+		return all[i].status == http.StatusBadRequest && all[j].status != http.StatusBadRequest
+	})
 	status := http.StatusUnprocessableEntity
-	for _, p := range ps {
-		if p.status == http.StatusBadRequest {
-			status = http.StatusBadRequest
-			break
-		}
-	}
-	var keep []problem
-	for _, p := range ps {
-		if p.status == status {
-			keep = append(keep, p)
-		}
-	}
 	code := "validation_error"
-	if status == http.StatusBadRequest {
-		code = "invalid_request"
+	if all[0].status == http.StatusBadRequest {
+		status, code = http.StatusBadRequest, "invalid_request"
 	}
-	e := newErr(status, code, keep[0].Type, "%s", keep[0].Message)
-	e.Details = map[string]any{"field": keep[0].Field, "errors": keep}
+	e := newErr(status, code, all[0].Type, "%s", all[0].Message)
+	e.Details = map[string]any{"field": all[0].Field, "errors": all}
 	return e
+}
+
+// findings turns an error back into findings, so that single-error checks
+// can be reported together with the others.
+func findings(e *Error) []problem {
+	if e == nil {
+		return nil
+	}
+	if ps, ok := e.Details["errors"].([]problem); ok {
+		return ps
+	}
+	f, _ := e.Details["field"].(string)
+	return []problem{{Field: f, Type: e.Type, Message: e.Message, status: e.Status}}
 }
 
 func shape(field, typ, format string, args ...any) problem {
@@ -249,6 +257,19 @@ func parseSections(m map[string]json.RawMessage, prefix string, patch bool) (cfg
 					list = append(list, s)
 				}
 				if bad {
+					// The list is not stored, so fsm.CheckConfig will not see
+					// it: report its value problems here.
+					if len(arr) > fsm.MaxAccessEntries {
+						ps = append(ps, problem{Field: fp, Type: "out_of_range", status: http.StatusUnprocessableEntity,
+							Message: fmt.Sprintf("%s has %d entries; at most %d are allowed", fp, len(arr), fsm.MaxAccessEntries)})
+						continue
+					}
+					for i, el := range arr {
+						if s, ok := jsonString(el); ok && !fsm.ValidPrincipal(s) {
+							ps = append(ps, problem{Field: fmt.Sprintf("%s[%d]", fp, i), Type: "invalid_principal", status: http.StatusUnprocessableEntity,
+								Message: fmt.Sprintf("%s[%d]: %q is not \"*\" or 1-128 characters of [A-Za-z0-9._:@/-]", fp, i, s)})
+						}
+					}
 					continue
 				}
 				if leaf == "access.producers" {
@@ -259,10 +280,9 @@ func parseSections(m map[string]json.RawMessage, prefix string, patch bool) (cfg
 			}
 		}
 	}
-	if len(ps) > 0 {
-		return cfg, unset, ps
-	}
-	// Value rules (422), with the caller's prefix on the field paths.
+	// Value rules (422) of the well-typed fields, with the caller's prefix
+	// on the field paths; they are checked even after a shape error, so that
+	// every problem is reported.
 	for _, ce := range fsm.CheckConfig(&cfg) {
 		ps = append(ps, problem{Field: prefix + ce.Field, Type: ce.Type, Message: prefix + ce.Msg, status: http.StatusUnprocessableEntity})
 	}
@@ -279,32 +299,36 @@ func parseSections(m map[string]json.RawMessage, prefix string, patch bool) (cfg
 	return cfg, unset, ps
 }
 
-// splitConfig handles the two request forms: sections at the top level, or
-// nested in "config". It returns the members holding the sections and the
-// path prefix for error fields.
 // configOf parses the configuration document of a request object (flat or
-// wrapped in "config"): the first invalid field fails it, with every problem
-// in the error's details.
+// wrapped in "config"): any problem fails it, with every problem in the
+// error's details.
 func configOf(m map[string]json.RawMessage, patch bool) (fsm.QueueConfig, uint32, *Error) {
-	sm, prefix, e := splitConfig(m)
-	if e != nil {
-		return fsm.QueueConfig{}, 0, e
-	}
-	cfg, unset, ps := parseSections(sm, prefix, patch)
+	cfg, unset, ps := configProblems(m, patch)
 	if e := problems(ps); e != nil {
 		return fsm.QueueConfig{}, 0, e
 	}
 	return cfg, unset, nil
 }
 
-func splitConfig(m map[string]json.RawMessage) (map[string]json.RawMessage, string, *Error) {
+// configProblems is configOf returning the findings instead of one error.
+func configProblems(m map[string]json.RawMessage, patch bool) (fsm.QueueConfig, uint32, []problem) {
+	sm, prefix, ps := splitConfig(m)
+	cfg, unset, more := parseSections(sm, prefix, patch)
+	return cfg, unset, append(ps, more...)
+}
+
+// splitConfig handles the two request forms: sections at the top level, or
+// nested in "config". It returns the members holding the sections, the path
+// prefix for error fields, and the problems of the "config" member (every
+// unknown section is one).
+func splitConfig(m map[string]json.RawMessage) (map[string]json.RawMessage, string, []problem) {
 	raw, nested := m["config"]
 	if !nested {
 		return m, "", nil
 	}
 	for _, s := range Sections {
 		if _, ok := m[s]; ok {
-			return nil, "", badRequest("ambiguous_body", "config", "send the configuration either at the top level or in config, not both")
+			return nil, "", []problem{shape("config", "ambiguous_body", "send the configuration either at the top level or in config, not both")}
 		}
 	}
 	if isNull(raw) {
@@ -312,36 +336,40 @@ func splitConfig(m map[string]json.RawMessage) (map[string]json.RawMessage, stri
 	}
 	cm, ok := decodeObject(raw)
 	if !ok {
-		return nil, "", badRequest("invalid_type", "config", "config must be an object")
+		return nil, "", []problem{shape("config", "invalid_type", "config must be an object")}
 	}
-	for k := range cm {
-		if _, ok := sectionFields[k]; !ok {
-			return nil, "", badRequest("unknown_field", "config."+k, "config.%s is not a configuration section", k)
-		}
-	}
-	return cm, "config.", nil
+	return cm, "config.", unknownMembers(cm, "config.", "is not a configuration section", false, Sections...)
 }
 
-// checkMembers reports the first member of m not in allowed (400 unknown_field).
-func checkMembers(m map[string]json.RawMessage, allowed ...string) *Error {
+// unknownMembers reports, in name order, every member of m that is not in
+// allowed (nor a configuration section, with sections): 400 unknown_field,
+// with prefix on the field path.
+func unknownMembers(m map[string]json.RawMessage, prefix, what string, sections bool, allowed ...string) []problem {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	var ps []problem
 	for _, k := range keys {
 		ok := false
 		for _, a := range allowed {
 			ok = ok || a == k
 		}
-		if _, sec := sectionFields[k]; sec {
+		if _, sec := sectionFields[k]; sec && sections {
 			ok = true
 		}
 		if !ok {
-			return badRequest("unknown_field", k, "%s is not a known member", k)
+			ps = append(ps, shape(prefix+k, "unknown_field", "%s%s %s", prefix, k, what))
 		}
 	}
-	return nil
+	return ps
+}
+
+// checkMembers reports every member of m that is neither in allowed nor a
+// configuration section (400 unknown_field).
+func checkMembers(m map[string]json.RawMessage, allowed ...string) *Error {
+	return problems(unknownMembers(m, "", "is not a known member", true, allowed...))
 }
 
 // ConfigJSON renders a partial configuration (overrides or a policy's

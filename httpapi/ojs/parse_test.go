@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
+
+	"github.com/crownmq/crown/fsm"
 )
 
 func parseDoc(t *testing.T, body string, patch bool) (*Error, uint32) {
@@ -99,4 +101,103 @@ func FuzzParseSections(f *testing.F) {
 			}
 		}
 	})
+}
+
+// want is one expected entry of details.errors.
+type want struct{ field, typ string }
+
+// checkAll checks that e lists exactly ws in details.errors, in order, and
+// that its status, code, type, message and details.field come from the
+// first entry (ojs-queues.md 0.5 and 2.1).
+func checkAll(t *testing.T, name string, e *Error, status int, ws []want) {
+	t.Helper()
+	if e == nil {
+		t.Errorf("%s: no error, want %d %v", name, status, ws)
+		return
+	}
+	code := map[int]string{400: "invalid_request", 422: "validation_error"}[status]
+	if e.Status != status || e.Code != code || e.Type != ws[0].typ || e.Details["field"] != ws[0].field {
+		t.Errorf("%s: got %d %s %s field %v, want %d %s %s field %s", name, e.Status, e.Code, e.Type,
+			e.Details["field"], status, code, ws[0].typ, ws[0].field)
+	}
+	got, _ := e.Details["errors"].([]problem)
+	if len(got) != len(ws) {
+		t.Errorf("%s: details.errors %+v, want %v", name, got, ws)
+		return
+	}
+	for i, w := range ws {
+		if got[i].Field != w.field || got[i].Type != w.typ || got[i].Message == "" {
+			t.Errorf("%s: details.errors[%d] = %+v, want %v", name, i, got[i], w)
+		}
+	}
+	if e.Message != got[0].Message {
+		t.Errorf("%s: message %q is not the first problem's %q", name, e.Message, got[0].Message)
+	}
+}
+
+// Every problem of a configuration document is reported: shape (400) and
+// value (422) problems together, shape ones first; 400 wins.
+func TestParseSectionsAllProblems(t *testing.T) {
+	for _, c := range []struct {
+		body   string
+		patch  bool
+		status int
+		errs   []want
+	}{
+		{`{"capacity":{"max_depth":-1},"processing":{"nope":1}}`, false, 400,
+			[]want{{"processing.nope", "unknown_field"}, {"capacity.max_depth", "out_of_range"}}},
+		{`{"capacity":{"max_depth":"x","max_size_bytes":-5},"retention":{"completed_ttl":"P1M","failed_ttl":"P9999D"}}`, false, 400,
+			[]want{{"capacity.max_depth", "invalid_type"}, {"retention.completed_ttl", "invalid_duration"},
+				{"capacity.max_size_bytes", "out_of_range"}, {"retention.failed_ttl", "out_of_range"}}},
+		{`{"processing":{"visibility_timeout":0},"dead_letter":{"enabled":"yes","max_count":0},"access":"x"}`, true, 400,
+			[]want{{"dead_letter.enabled", "invalid_type"}, {"access", "invalid_type"},
+				{"processing.visibility_timeout", "out_of_range"}, {"dead_letter.max_count", "out_of_range"}}},
+		// A list with a non-string entry still has its principals checked.
+		{`{"access":{"producers":[1,"x y","ok",2]}}`, false, 400,
+			[]want{{"access.producers[0]", "invalid_type"}, {"access.producers[3]", "invalid_type"},
+				{"access.producers[1]", "invalid_principal"}}},
+		// Value problems only: 422, all of them.
+		{`{"capacity":{"max_depth":-1},"processing":{"visibility_timeout":0},"access":{"consumers":["x y"]}}`, false, 422,
+			[]want{{"capacity.max_depth", "out_of_range"}, {"processing.visibility_timeout", "out_of_range"},
+				{"access.consumers[0]", "invalid_principal"}}},
+	} {
+		e, _ := parseDoc(t, c.body, c.patch)
+		checkAll(t, c.body, e, c.status, c.errs)
+	}
+}
+
+// Unknown members and sections are all reported, together with the
+// problems of the sections (flat and "config" forms, and policy bodies).
+func TestConfigAllProblems(t *testing.T) {
+	obj := func(body string) map[string]json.RawMessage {
+		m, ok := decodeObject([]byte(body))
+		if !ok {
+			t.Fatalf("not an object: %s", body)
+		}
+		return m
+	}
+	for _, c := range []struct {
+		body   string
+		status int
+		errs   []want
+	}{
+		{`{"config":{"zzz":1,"bogus":{},"capacity":{"max_depth":-1,"x":1}}}`, 400,
+			[]want{{"config.bogus", "unknown_field"}, {"config.zzz", "unknown_field"},
+				{"config.capacity.x", "unknown_field"}, {"config.capacity.max_depth", "out_of_range"}}},
+		{`{"config":{"capacity":{"max_depth":-1},"retention":{"failed_ttl":"P1Y"}}}`, 422,
+			[]want{{"config.retention.failed_ttl", "invalid_duration"}, {"config.capacity.max_depth", "out_of_range"}}},
+	} {
+		_, _, e := configOf(obj(c.body), false)
+		checkAll(t, "configOf "+c.body, e, c.status, c.errs)
+	}
+
+	e := checkMembers(obj(`{"b":1,"name":"q","a":2,"capacity":{}}`), "name")
+	checkAll(t, "checkMembers", e, 400, []want{{"a", "unknown_field"}, {"b", "unknown_field"}})
+	e = checkMembersOnly(obj(`{"b":1,"a":2,"reason":"x"}`), "reason")
+	checkAll(t, "checkMembersOnly", e, 400, []want{{"a", "unknown_field"}, {"b", "unknown_field"}})
+
+	var pc fsm.OJSPutPolicy
+	e = parsePolicy(obj(`{"match":"A B","priority":5000,"config":{"x":1,"capacity":{"max_depth":"1","max_size_bytes":-1}}}`), false, &pc)
+	checkAll(t, "parsePolicy", e, 400, []want{{"config.x", "unknown_field"}, {"config.capacity.max_depth", "invalid_type"},
+		{"match", "invalid_pattern"}, {"priority", "out_of_range"}, {"config.capacity.max_size_bytes", "out_of_range"}})
 }

@@ -2,6 +2,7 @@ package ojs
 
 import (
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -138,66 +139,59 @@ func (h *Handler) getPolicy(w http.ResponseWriter, r *http.Request, a []string) 
 	h.findPolicy(w, a[0])
 }
 
-// parsePolicy reads match, priority and config of a policy body.
+// parsePolicy reads match, priority and config of a policy body. Its error
+// holds every problem found (ojs-queues.md 2.1).
 func parsePolicy(m map[string]jsonRaw, patch bool, c *fsm.OJSPutPolicy) *Error {
+	return problems(policyProblems(m, patch, c))
+}
+
+func policyProblems(m map[string]jsonRaw, patch bool, c *fsm.OJSPutPolicy) []problem {
+	var ps []problem
 	if raw, ok := m["match"]; ok && !(patch && isNull(raw)) {
-		s, ok := jsonString(raw)
-		if !ok {
-			return badRequest("invalid_type", "match", "match must be a string")
+		if s, ok := jsonString(raw); !ok {
+			ps = append(ps, shape("match", "invalid_type", "match must be a string"))
+		} else if len(s) > fsm.MaxOJSNameBytes {
+			ps = append(ps, shape("match", "invalid_request", "match is over 128 bytes"))
+		} else if !fsm.ValidPattern(s) {
+			ps = append(ps, problem{Field: "match", Type: "invalid_pattern", status: http.StatusUnprocessableEntity,
+				Message: fmt.Sprintf("match %q must be 1-128 characters of a-z 0-9 . - * ?", s)})
+		} else {
+			c.Match, c.HasMatch = s, true
 		}
-		if !fsm.ValidPattern(s) {
-			e := newErr(http.StatusUnprocessableEntity, "validation_error", "invalid_pattern",
-				"match %q must be 1-128 characters of a-z 0-9 . - * ?", s)
-			e.Details = map[string]any{"field": "match"}
-			if len(s) > fsm.MaxOJSNameBytes {
-				return badRequest("invalid_request", "match", "match is over 128 bytes")
-			}
-			return e
-		}
-		c.Match, c.HasMatch = s, true
 	} else if !patch {
-		return badRequest("missing_field", "match", "match is required")
+		ps = append(ps, shape("match", "missing_field", "match is required"))
 	}
 	if raw, ok := m["priority"]; ok && !isNull(raw) {
-		n, ok := jsonInteger(raw)
-		if !ok {
-			return badRequest("invalid_type", "priority", "priority must be an integer")
+		if n, ok := jsonInteger(raw); !ok {
+			ps = append(ps, shape("priority", "invalid_type", "priority must be an integer"))
+		} else if n < -fsm.MaxPolicyPriority || n > fsm.MaxPolicyPriority {
+			ps = append(ps, problem{Field: "priority", Type: "out_of_range", status: http.StatusUnprocessableEntity,
+				Message: fmt.Sprintf("priority must be between -1000 and 1000, got %d", n)})
+		} else {
+			c.Priority, c.HasPriority = n, true
 		}
-		if n < -fsm.MaxPolicyPriority || n > fsm.MaxPolicyPriority {
-			e := newErr(http.StatusUnprocessableEntity, "validation_error", "out_of_range", "priority must be between -1000 and 1000, got %d", n)
-			e.Details = map[string]any{"field": "priority"}
-			return e
-		}
-		c.Priority, c.HasPriority = n, true
 	}
 	raw, ok := m["config"]
 	if !ok {
 		if !patch {
-			return badRequest("missing_field", "config", "config is required")
+			ps = append(ps, shape("config", "missing_field", "config is required"))
 		}
-		return nil
+		return ps
 	}
 	if isNull(raw) {
 		if patch {
 			c.Unset = fsm.FieldsAll
 		}
-		return nil
+		return ps
 	}
 	cm, ok := decodeObject(raw)
 	if !ok {
-		return badRequest("invalid_type", "config", "config must be an object")
+		return append(ps, shape("config", "invalid_type", "config must be an object"))
 	}
-	if e := checkMembersOnly(cm, Sections...); e != nil {
-		e.Details["field"] = "config." + e.Details["field"].(string)
-		e.Message = "config." + e.Message
-		return e
-	}
-	cfg, unset, ps := parseSections(cm, "config.", patch)
-	if e := problems(ps); e != nil {
-		return e
-	}
+	ps = append(ps, unknownMembers(cm, "config.", "is not a known member", false, Sections...)...)
+	cfg, unset, more := parseSections(cm, "config.", patch)
 	c.Set, c.Unset = cfg, c.Unset|unset
-	return nil
+	return append(ps, more...)
 }
 
 func (h *Handler) createPolicy(w http.ResponseWriter, r *http.Request, _ []string) {
@@ -206,21 +200,16 @@ func (h *Handler) createPolicy(w http.ResponseWriter, r *http.Request, _ []strin
 		h.fail(w, e)
 		return
 	}
-	if e := checkMembersOnly(m, "name", "match", "priority", "config"); e != nil {
-		h.fail(w, e)
-		return
-	}
+	// Every problem of the body is reported at once (ojs-queues.md 2.1).
+	ps := unknownMembers(m, "", "is not a known member", false, "name", "match", "priority", "config")
 	name, ok := jsonString(m["name"])
 	if !ok {
-		h.fail(w, badRequest("missing_field", "name", "name is required and must be a string"))
-		return
-	}
-	if e := policyName(name); e != nil {
-		h.fail(w, e)
-		return
+		ps = append(ps, shape("name", "missing_field", "name is required and must be a string"))
+	} else if e := policyName(name); e != nil {
+		ps = append(ps, findings(e)...)
 	}
 	c := &fsm.OJSPutPolicy{Name: name, Mode: fsm.PolicyCreate}
-	if e := parsePolicy(m, false, c); e != nil {
+	if e := problems(append(ps, policyProblems(m, false, c)...)); e != nil {
 		h.fail(w, e)
 		return
 	}
@@ -249,18 +238,15 @@ func (h *Handler) patchPolicy(w http.ResponseWriter, r *http.Request, a []string
 		h.fail(w, e)
 		return
 	}
-	if e := checkMembersOnly(m, "name", "match", "priority", "config"); e != nil {
-		h.fail(w, e)
-		return
-	}
+	// Every problem of the body is reported at once (ojs-queues.md 2.1).
+	ps := unknownMembers(m, "", "is not a known member", false, "name", "match", "priority", "config")
 	if raw, ok := m["name"]; ok {
 		if s, ok := jsonString(raw); !ok || s != name {
-			h.fail(w, badRequest("read_only_field", "name", "name may only repeat the policy's name"))
-			return
+			ps = append(ps, shape("name", "read_only_field", "name may only repeat the policy's name"))
 		}
 	}
 	c := &fsm.OJSPutPolicy{Name: name, Mode: fsm.PolicyPatch}
-	if e := parsePolicy(m, true, c); e != nil {
+	if e := problems(append(ps, policyProblems(m, true, c)...)); e != nil {
 		h.fail(w, e)
 		return
 	}

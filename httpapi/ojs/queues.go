@@ -164,53 +164,43 @@ func (h *Handler) createQueue(w http.ResponseWriter, r *http.Request, _ []string
 		h.fail(w, e)
 		return
 	}
-	if e := checkMembers(m, "name", "state", "policy", "config"); e != nil {
-		h.fail(w, e)
-		return
+	// Every problem of the body is reported at once (ojs-queues.md 2.1).
+	ps := unknownMembers(m, "", "is not a known member", true, "name", "state", "policy", "config")
+	c := &fsm.OJSCreateQueue{MaxQueues: h.cfg.MaxQueues}
+	if rawName, ok := m["name"]; !ok || isNull(rawName) {
+		ps = append(ps, shape("name", "missing_field", "name is required"))
+	} else if name, ok := jsonString(rawName); !ok {
+		ps = append(ps, shape("name", "invalid_type", "name must be a string"))
+	} else if e := queueName(name); e != nil {
+		ps = append(ps, findings(e)...)
+	} else {
+		c.Name = name
 	}
-	rawName, ok := m["name"]
-	if !ok || isNull(rawName) {
-		h.fail(w, badRequest("missing_field", "name", "name is required"))
-		return
-	}
-	name, ok := jsonString(rawName)
-	if !ok {
-		h.fail(w, badRequest("invalid_type", "name", "name must be a string"))
-		return
-	}
-	if e := queueName(name); e != nil {
-		h.fail(w, e)
-		return
-	}
-	c := &fsm.OJSCreateQueue{Name: name, MaxQueues: h.cfg.MaxQueues}
 	if raw, ok := m["state"]; ok && !isNull(raw) {
-		s, ok := jsonString(raw)
-		if !ok {
-			h.fail(w, badRequest("invalid_type", "state", "state must be a string"))
-			return
-		}
-		switch s {
-		case "active":
-		case "paused":
-			c.Paused = true
-		default:
-			e := newErr(http.StatusUnprocessableEntity, "validation_error", "invalid_state", "state must be active or paused, not %q", s)
-			e.Details = map[string]any{"field": "state"}
-			h.fail(w, e)
-			return
+		if s, ok := jsonString(raw); !ok {
+			ps = append(ps, shape("state", "invalid_type", "state must be a string"))
+		} else {
+			switch s {
+			case "active":
+			case "paused":
+				c.Paused = true
+			default:
+				ps = append(ps, problem{Field: "state", Type: "invalid_state", status: http.StatusUnprocessableEntity,
+					Message: fmt.Sprintf("state must be active or paused, not %q", s)})
+			}
 		}
 	}
 	if bind, pol, e := parsePolicyRef(m); e != nil {
-		h.fail(w, e)
-		return
+		ps = append(ps, findings(e)...)
 	} else {
 		c.Bind, c.Policy = bind, pol
 	}
-	cfg, _, e := configOf(m, false)
-	if e != nil {
+	cfg, _, more := configProblems(m, false)
+	if e := problems(append(ps, more...)); e != nil {
 		h.fail(w, e)
 		return
 	}
+	name := c.Name
 	c.Config = cfg
 	if _, ok := h.run(w, r, b, c); !ok {
 		return
@@ -267,53 +257,52 @@ func (h *Handler) patchQueue(w http.ResponseWriter, r *http.Request, a []string)
 		h.fail(w, e)
 		return
 	}
+	// Every problem of the body is reported at once (ojs-queues.md 2.1).
+	var ps []problem
+	readOnly := map[string]bool{}
 	for _, k := range readOnlyMembers {
 		if _, ok := m[k]; ok {
-			h.fail(w, badRequest("read_only_field", k, "%s is read-only", k))
-			return
+			readOnly[k] = true
+			ps = append(ps, shape(k, "read_only_field", "%s is read-only", k))
 		}
 	}
-	if e := checkMembers(m, "name", "state", "policy"); e != nil {
-		h.fail(w, e)
-		return
+	for _, p := range unknownMembers(m, "", "is not a known member", true, "name", "state", "policy") {
+		if !readOnly[p.Field] {
+			ps = append(ps, p)
+		}
 	}
 	if raw, ok := m["name"]; ok {
 		if s, ok := jsonString(raw); !ok || s != name {
-			h.fail(w, badRequest("read_only_field", "name", "name may only repeat the queue's name"))
-			return
+			ps = append(ps, shape("name", "read_only_field", "name may only repeat the queue's name"))
 		}
 	}
 	c := &fsm.OJSUpdateQueue{Name: name}
 	if raw, ok := m["state"]; ok {
-		s, ok := jsonString(raw)
-		if !ok {
-			h.fail(w, badRequest("invalid_type", "state", "state must be a string"))
-			return
-		}
-		switch s {
-		case "active":
-			c.State = fsm.ToActive
-		case "paused":
-			c.State = fsm.ToPaused
-		case "draining":
-			c.State = fsm.ToDraining
-		default:
-			e := newErr(http.StatusUnprocessableEntity, "validation_error", "invalid_state", "state must be active, paused or draining, not %q", s)
-			e.Details = map[string]any{"field": "state"}
-			h.fail(w, e)
-			return
+		if s, ok := jsonString(raw); !ok {
+			ps = append(ps, shape("state", "invalid_type", "state must be a string"))
+		} else {
+			switch s {
+			case "active":
+				c.State = fsm.ToActive
+			case "paused":
+				c.State = fsm.ToPaused
+			case "draining":
+				c.State = fsm.ToDraining
+			default:
+				ps = append(ps, problem{Field: "state", Type: "invalid_state", status: http.StatusUnprocessableEntity,
+					Message: fmt.Sprintf("state must be active, paused or draining, not %q", s)})
+			}
 		}
 	}
 	if _, ok := m["policy"]; ok {
-		bind, pol, e := parsePolicyRef(m)
-		if e != nil {
-			h.fail(w, e)
-			return
+		if bind, pol, e := parsePolicyRef(m); e != nil {
+			ps = append(ps, findings(e)...)
+		} else {
+			c.Bind, c.Policy = bind, pol
 		}
-		c.Bind, c.Policy = bind, pol
 	}
-	cfg, unset, ps := parseSections(m, "", true)
-	if e := problems(ps); e != nil {
+	cfg, unset, more := parseSections(m, "", true)
+	if e := problems(append(ps, more...)); e != nil {
 		h.fail(w, e)
 		return
 	}
@@ -395,17 +384,9 @@ func (h *Handler) setState(w http.ResponseWriter, r *http.Request, name string, 
 	h.answerQueue(w, http.StatusOK, name, nil)
 }
 
+// checkMembersOnly reports every member of m not in allowed (400 unknown_field).
 func checkMembersOnly(m map[string]jsonRaw, allowed ...string) *Error {
-	for k := range m {
-		ok := false
-		for _, a := range allowed {
-			ok = ok || a == k
-		}
-		if !ok {
-			return badRequest("unknown_field", k, "%s is not a known member", k)
-		}
-	}
-	return nil
+	return problems(unknownMembers(m, "", "is not a known member", false, allowed...))
 }
 
 // ---- purge ----
