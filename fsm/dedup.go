@@ -70,14 +70,6 @@ func (a *applier) rememberSegment(q *segments.Queue, p *segments.Partition, si s
 	}))
 }
 
-// deletedDuplicate reports whether txid, not stored in p, was deleted from
-// it within q's dedup window, with the deleted message's reference.
-func (a *applier) deletedDuplicate(q *segments.Queue, p *segments.Partition, txid string, window int64) (segments.TxRef, bool) {
-	ref, _, ok, err := a.tx.DeletedTxID(q.ID, p.ID, txid)
-	must(err)
-	return ref, ok && ref.PushedAt >= a.now-Micros(window)
-}
-
 // DeletedTxIDsDue reports whether a remembered deletion's window closed at
 // or before now: the leader's sweep timer then proposes ForgetDeletedTxIDs.
 func (f *FSM) DeletedTxIDsDue(now int64) (bool, error) {

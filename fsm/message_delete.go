@@ -44,7 +44,7 @@ func applyDeleteMessage(a *applier, c *DeleteMessage) any {
 		must(fmt.Errorf("partition %d of queue %d, which is not stored: %w", p.ID, p.QueueID, segments.ErrCorrupt))
 	}
 	// The id stays a duplicate for the rest of its dedup window.
-	if ref, ok := must2(a.tx.TxID(p, c.TxID)); ok {
+	if ref, ok := must2(a.tx.TxRefAt(p, off)); ok {
 		if until := a.dedupUntil(q, ref.PushedAt); until != 0 {
 			must(a.tx.RememberDeletedTxID(q.ID, p.ID, c.TxID, ref, until))
 		}

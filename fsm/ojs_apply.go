@@ -545,12 +545,12 @@ func applyPushAs(a *applier, c *PushAs) any {
 	if br := a.bufferIfMaintenance(c.Items, c.Principal); br != nil {
 		return br // push maintenance (system_apply.go)
 	}
-	res, ref := a.pushAs(c.Items, c.Principal)
+	res, pressure, ref := a.pushAs(c.Items, c.Principal)
 	if ref != nil {
 		a.recordOverflow(ref)
 		return &PushResult{Items: make([]PushItemResult, len(c.Items)), Refused: ref}
 	}
-	return &PushResult{Items: res, Pressure: a.pressure}
+	return &PushResult{Items: res, Pressure: pressure}
 }
 
 // ---- pop-side checks ----

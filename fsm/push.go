@@ -10,12 +10,12 @@ func applyPush(a *applier, c *Push) any {
 	if br := a.bufferIfMaintenance(c.Items, ""); br != nil {
 		return br // push maintenance (system_apply.go)
 	}
-	res, ref := a.pushAs(c.Items, "")
+	res, pressure, ref := a.pushAs(c.Items, "")
 	if ref != nil {
 		a.recordOverflow(ref)
 		return &PushResult{Items: make([]PushItemResult, len(c.Items)), Refused: ref}
 	}
-	return &PushResult{Items: res, Pressure: a.pressure}
+	return &PushResult{Items: res, Pressure: pressure}
 }
 
 // pushTarget gathers the queued items of one request for one partition: they
@@ -33,8 +33,9 @@ type pushTarget struct {
 // transaction id inside the queue's dedup window, or repeated inside the
 // request) write nothing and point at the original message. A queue with
 // OJS rules (docs/queues.md) can refuse the whole request: then nothing is
-// written and the refusal is returned.
-func (a *applier) pushAs(items []PushItem, principal string) ([]PushItemResult, *Refusal) {
+// written and the refusal is returned. A push that leaves a bounded queue
+// near a bound reports its pressure.
+func (a *applier) pushAs(items []PushItem, principal string) ([]PushItemResult, *Pressure, *Refusal) {
 	return a.pushWith(items, principal, gateAll)
 }
 
@@ -49,8 +50,7 @@ const (
 	gateDeletion
 )
 
-func (a *applier) pushWith(items []PushItem, principal string, gates int) ([]PushItemResult, *Refusal) {
-	a.pressure = nil
+func (a *applier) pushWith(items []PushItem, principal string, gates int) ([]PushItemResult, *Pressure, *Refusal) {
 	results := make([]PushItemResult, len(items))
 	queues := make(map[string]*segments.Queue)
 	type partKey struct {
@@ -88,13 +88,13 @@ func (a *applier) pushWith(items []PushItem, principal string, gates int) ([]Pus
 		queues[name] = q
 		if gates == gateDeletion {
 			if q.OJS != nil && q.OJS.Deletion != nil {
-				return nil, &Refusal{Code: RefuseDeleting, Queue: q.Name}
+				return nil, nil, &Refusal{Code: RefuseDeleting, Queue: q.Name}
 			}
 			continue
 		}
 		if q.OJS != nil && q.OJS.Gate != 0 {
 			if r := checkIntake(q, principal); r != nil {
-				return nil, r
+				return nil, nil, r
 			}
 			bounded = bounded || q.OJS.Gate&segments.GateCapacity != 0
 		}
@@ -129,7 +129,10 @@ func (a *applier) pushWith(items []PushItem, principal string, gates int) ([]Pus
 			}
 			ref, ok := must2(a.tx.TxID(t.part, it.TxID))
 			if !ok {
-				ref, ok = a.deletedDuplicate(q, t.part, it.TxID, window)
+				// Deleted inside its window, it is still a duplicate (dedup.go).
+				var err error
+				ref, _, ok, err = a.tx.DeletedTxID(q.ID, t.part.ID, it.TxID)
+				must(err)
 			}
 			if ok && ref.PushedAt >= a.now-Micros(window) {
 				results[i].Status = PushDuplicate
@@ -169,10 +172,12 @@ func (a *applier) pushWith(items []PushItem, principal string, gates int) ([]Pus
 		})
 		t.items = append(t.items, i)
 	}
+	var pressure *Pressure
 	if bounded {
-		if r := a.checkPushCapacity(queues, targets); r != nil {
+		var r *Refusal
+		if pressure, r = a.checkPushCapacity(queues, targets); r != nil {
 			must(a.tx.RollbackTo(sp))
-			return nil, r
+			return nil, nil, r
 		}
 		a.tx.Release(sp)
 	}
@@ -202,12 +207,13 @@ func (a *applier) pushWith(items []PushItem, principal string, gates int) ([]Pus
 	for _, d := range dups {
 		results[d[0]].MessageID = results[d[1]].MessageID
 	}
-	return results, nil
+	return results, pressure, nil
 }
 
 // checkPushCapacity checks the bounded queues of a push against what the
-// request queues for each (duplicates excluded), in queue-name order.
-func (a *applier) checkPushCapacity(queues map[string]*segments.Queue, targets []pushTarget) *Refusal {
+// request queues for each (duplicates excluded), in queue-name order, and
+// reports the fullest one the push leaves near a bound.
+func (a *applier) checkPushCapacity(queues map[string]*segments.Queue, targets []pushTarget) (*Pressure, *Refusal) {
 	type load struct{ n, size uint64 }
 	loads := make(map[string]*load)
 	for ti := range targets {
@@ -234,14 +240,13 @@ func (a *applier) checkPushCapacity(queues map[string]*segments.Queue, targets [
 	for _, n := range names {
 		r, p := a.capacityFill(queues[n], loads[n].n, loads[n].size)
 		if r != nil {
-			return r
+			return nil, r
 		}
 		if p != nil && (fullest == nil || p.Ratio() > fullest.Ratio()) {
 			fullest = p
 		}
 	}
-	a.pressure = fullest
-	return nil
+	return fullest, nil
 }
 
 // pressureThreshold is the share of a bound from which a push that fits

@@ -96,9 +96,6 @@ type applier struct {
 	// result read, so only there are payloads copied into it.
 	full   bool
 	events *Events
-	// pressure is what the last push's capacity check found (push.go),
-	// for its result.
-	pressure *Pressure
 }
 
 // must stops the state machine on a storage failure. A half-applied command

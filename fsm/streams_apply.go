@@ -104,7 +104,7 @@ func (a *applier) streamCycle(c *StreamCycle) *StreamCycleResult {
 			res.Error = ErrPushMaintenance
 			return res
 		}
-		prs, ref := a.pushAs(c.Items, c.Principal)
+		prs, _, ref := a.pushAs(c.Items, c.Principal)
 		if ref != nil {
 			res.Refused = ref
 			res.Error = RefusalText(ref)

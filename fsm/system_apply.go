@@ -185,7 +185,7 @@ func (a *applier) drainPushBuffer() DrainStats {
 		}
 		must(a.tx.DeleteBufferedPush(b))
 		st.Requests++
-		res, ref := a.pushWith(items, b.Principal, gateDeletion)
+		res, _, ref := a.pushWith(items, b.Principal, gateDeletion)
 		if ref != nil {
 			a.recordOverflow(ref)
 			st.Refused += uint64(len(items))

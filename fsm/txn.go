@@ -80,7 +80,7 @@ func (a *applier) transaction(c *Transaction, principal string) *TransactionResu
 	for _, op := range c.Ops {
 		switch op.Kind {
 		case OpPush:
-			prs, ref := a.pushAs(op.Items, principal)
+			prs, _, ref := a.pushAs(op.Items, principal)
 			if ref != nil {
 				res.Refused = ref
 				res.Error = RefusalText(ref)

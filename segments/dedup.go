@@ -129,22 +129,38 @@ func (t *Tx) IndexedTxIDs(p *Partition, first uint64, fn func(txid string, ref T
 	if v == nil {
 		return nil
 	}
-	_, hdr, msgs, err := t.segmentMessages(p, first, v)
+	ref, err := decodeRef(v)
 	if err != nil {
-		return err
+		return fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
 	}
-	for i := range msgs {
-		off := first + uint64(i)
-		at, ok, err := t.TxIDOffset(p.QueueID, p.ID, msgs[i].TxID)
+	// Only the ids are read: the blob goes through the transaction's
+	// scratch buffer, as ScanTxIDs reads it (fn reads no blob).
+	blob, err := t.scratchBlob(ref)
+	var r SegmentReader
+	if err == nil {
+		err = r.reset(blob)
+	}
+	if err != nil {
+		return fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
+	}
+	for {
+		idx, txID, ok, err := r.NextTxID()
+		if err != nil {
+			return fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
+		}
+		if !ok {
+			return nil
+		}
+		id, off := string(txID), first+uint64(idx)
+		at, indexed, err := t.TxIDOffset(p.QueueID, p.ID, id)
 		if err != nil {
 			return err
 		}
-		if !ok || at != off {
+		if !indexed || at != off {
 			continue
 		}
-		if err := fn(msgs[i].TxID, TxRef{Offset: off, PushedAt: hdr.CreatedAt, Seq: hdr.BaseSeq + uint64(i)}); err != nil {
+		if err := fn(id, TxRef{Offset: off, PushedAt: r.Header.CreatedAt, Seq: r.Header.BaseSeq + uint64(idx)}); err != nil {
 			return err
 		}
 	}
-	return nil
 }

@@ -97,16 +97,26 @@ func (t *Tx) delTxIDIfAt(qid, pid uint64, txid string, from, to uint64) error {
 // stored occurrence, reading the header of that message's segment for its
 // time and sequence.
 func (t *Tx) TxID(p *Partition, txid string) (TxRef, bool, error) {
-	pid := p.ID
-	off, ok, err := t.TxIDOffset(p.QueueID, pid, txid)
+	off, ok, err := t.TxIDOffset(p.QueueID, p.ID, txid)
 	if err != nil || !ok {
 		return TxRef{}, false, err
 	}
+	ref, stored, err := t.TxRefAt(p, off)
+	if err == nil && !stored {
+		err = fmt.Errorf("transaction-id index points at partition %d offset %d, which is not stored: %w", p.ID, off, ErrCorrupt)
+	}
+	return ref, stored, err
+}
+
+// TxRefAt is the time and id sequence of the message stored at off in p,
+// read from its segment's header, and whether one is stored there.
+func (t *Tx) TxRefAt(p *Partition, off uint64) (TxRef, bool, error) {
+	pid := p.ID
 	var (
 		ref    TxRef
 		stored bool
 	)
-	err = t.walkSegments(p, off, func(first uint64, seg blobRef) (bool, error) {
+	err := t.walkSegments(p, off, func(first uint64, seg blobRef) (bool, error) {
 		if first > off || off-first >= uint64(seg.Count) {
 			return false, nil
 		}
@@ -123,10 +133,7 @@ func (t *Tx) TxID(p *Partition, txid string) (TxRef, bool, error) {
 	if err != nil {
 		return TxRef{}, false, fmt.Errorf("partition %d offset %d: %w", pid, off, err)
 	}
-	if !stored {
-		return TxRef{}, false, fmt.Errorf("transaction-id index points at partition %d offset %d, which is not stored: %w", pid, off, ErrCorrupt)
-	}
-	return ref, true, nil
+	return ref, stored, nil
 }
 
 // migrateTxIDs rebuilds a schema 2 transaction-id index (bucket "txids":

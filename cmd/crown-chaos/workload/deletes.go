@@ -82,11 +82,8 @@ func (w *Workload) deleter(id uint64) {
 			batch[i] = PushItem{Queue: DeleteQueue, Partition: part, Payload: map[string]int{"n": n, "i": i},
 				TransactionID: fmt.Sprintf("%s-del-%d-%d", w.cfg.RunID, n, i)}
 		}
-		pid, ok := w.retry(np, rng, func(node Node) (string, bool) {
-			pid := w.pushForDelete(node, batch)
-			return pid, pid != ""
-		})
-		if !ok {
+		var pid string
+		if !w.untilConfirmed(np, rng, func(node Node) bool { pid = w.pushForDelete(node, batch); return pid != "" }) {
 			return
 		}
 		msgs := make([]*delMsg, len(batch))
@@ -105,39 +102,13 @@ func (w *Workload) deleter(id uint64) {
 		w.progressMu.Lock()
 		victim.uncertain = true
 		w.progressMu.Unlock()
-		if _, ok := w.retry(np, rng, func(node Node) (string, bool) { return "", w.deleteOnce(node, victim) }); !ok {
+		if !w.untilConfirmed(np, rng, func(node Node) bool { return w.deleteOnce(node, victim) }) {
 			return
 		}
 		w.progressMu.Lock()
 		victim.deleted, victim.uncertain = true, false
 		w.progressMu.Unlock()
 		w.sleep(300*time.Millisecond+time.Duration(rng.Int64N(int64(400*time.Millisecond))), w.stopProduce)
-	}
-}
-
-// retry runs one request through the gate until it is answered, moving to
-// another node after each failure, for as long as the workload runs (and,
-// once producers stop, until their final deadline). It reports false when
-// the worker must give up.
-func (w *Workload) retry(np *nodePicker, rng *rand.Rand, op func(Node) (string, bool)) (string, bool) {
-	backoff := 100 * time.Millisecond
-	for {
-		if !w.gate.Enter(w.ctx) {
-			return "", false
-		}
-		v, ok := op(np.pick())
-		w.gate.Leave()
-		if ok {
-			return v, true
-		}
-		np.failed()
-		if w.stopped(w.stopProduce) && (w.ctx.Err() != nil || time.Now().UnixNano() > w.finalPushBy.Load()) {
-			return "", false
-		}
-		if !w.sleep(backoff+time.Duration(rng.Int64N(int64(backoff))), nil) {
-			return "", false
-		}
-		backoff = min(2*backoff, time.Second)
 	}
 }
 

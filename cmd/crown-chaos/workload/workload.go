@@ -305,24 +305,9 @@ func (w *Workload) produce(queue, partition string, id uint64) {
 			items[i] = PushItem{Queue: queue, Partition: partition, Payload: map[string]int64{"s": s},
 				TransactionID: history.Txn(w.cfg.RunID, queue, partition, s)}
 		}
-		backoff := 100 * time.Millisecond
-		for {
-			if !w.gate.Enter(w.ctx) {
-				return
-			}
-			ok := w.pushOnce(proc, np, items, seq)
-			w.gate.Leave()
-			if ok {
-				break
-			}
-			np.failed()
-			if w.stopped(w.stopProduce) && (w.ctx.Err() != nil || time.Now().UnixNano() > w.finalPushBy.Load()) {
-				return
-			}
-			if !w.sleep(backoff+time.Duration(rng.Int64N(int64(backoff))), nil) {
-				return
-			}
-			backoff = min(2*backoff, time.Second)
+		first := seq
+		if !w.untilConfirmed(np, rng, func(node Node) bool { return w.pushOnce(proc, node, items, first) }) {
+			return
 		}
 		seq += int64(n)
 		w.progressMu.Lock()
@@ -332,10 +317,35 @@ func (w *Workload) produce(queue, partition string, id uint64) {
 	}
 }
 
-// pushOnce sends one attempt and records it; it reports whether every item
-// was confirmed.
-func (w *Workload) pushOnce(proc string, np *nodePicker, items []PushItem, first int64) bool {
-	node := np.pick()
+// untilConfirmed runs op through the gate against the node np picks until
+// op reports success, moving to the next node after each failure and backing
+// off, for as long as the workload runs (and, once producers stop, until
+// their final deadline). It reports false when the worker must give up.
+func (w *Workload) untilConfirmed(np *nodePicker, rng *rand.Rand, op func(Node) bool) bool {
+	backoff := 100 * time.Millisecond
+	for {
+		if !w.gate.Enter(w.ctx) {
+			return false
+		}
+		ok := op(np.pick())
+		w.gate.Leave()
+		if ok {
+			return true
+		}
+		np.failed()
+		if w.stopped(w.stopProduce) && (w.ctx.Err() != nil || time.Now().UnixNano() > w.finalPushBy.Load()) {
+			return false
+		}
+		if !w.sleep(backoff+time.Duration(rng.Int64N(int64(backoff))), nil) {
+			return false
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// pushOnce sends one attempt to node and records it; it reports whether
+// every item was confirmed.
+func (w *Workload) pushOnce(proc string, node Node, items []PushItem, first int64) bool {
 	op := &history.Op{Kind: history.KindPush, Proc: proc, Node: node.ID, Queue: items[0].Queue}
 	for i, it := range items {
 		op.Items = append(op.Items, history.Item{Partition: it.Partition, Seq: first + int64(i), Txn: it.TransactionID})
