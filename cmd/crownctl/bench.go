@@ -77,22 +77,25 @@ table leaves out lost, duplicates and redelivered, which the reports of the
 	},
 }
 
-// benchOpts holds the bench run flags; benchFlags resets it on every parse.
-var benchOpts struct {
+// benchOptions holds the bench run flags.
+type benchOptions struct {
 	cfg           benchkit.Config
 	queueMode     bool
 	popPartitions int
 	cpuProfile    string
 }
 
-func benchFlags(fs *flag.FlagSet) {
+func benchFlags(fs *flag.FlagSet) any {
+	benchOpts := &benchOptions{}
 	benchkit.RegisterFlags(fs, &benchOpts.cfg)
 	fs.BoolVar(&benchOpts.queueMode, "queue-mode", false, "consume in queue mode (no consumerGroup) instead of group PREFIX-g0; needs --groups 1")
 	fs.IntVar(&benchOpts.popPartitions, "pop-partitions", 1, "partitions one pop may claim (the pop's partitions parameter)")
 	fs.StringVar(&benchOpts.cpuProfile, "cpuprofile", "", "write the load generator's own CPU profile to this file (it shares the machine with the servers)")
+	return benchOpts
 }
 
 func benchRun(ctx context.Context, e *env, _ []string) error {
+	benchOpts := e.opts.(*benchOptions)
 	cfg := benchOpts.cfg
 	if err := cfg.Validate(); err != nil {
 		return usagef("%v", err)

@@ -40,7 +40,8 @@ type group struct {
 }
 
 // subcommand is one command of a group. run gets the positional arguments
-// left after flag parsing; flags registers subcommand-specific flags.
+// left after flag parsing; flags registers subcommand-specific flags and may
+// return the value they are parsed into, which run finds in env.opts.
 type subcommand struct {
 	name    string
 	args    string // usage synopsis of the positional arguments, e.g. "ID RAFT_ADDR [HTTP_URL]"
@@ -48,7 +49,7 @@ type subcommand struct {
 	help    string // longer description shown by --help
 	minArgs int
 	maxArgs int // -1: unlimited
-	flags   func(fs *flag.FlagSet)
+	flags   func(fs *flag.FlagSet) any
 	run     func(ctx context.Context, e *env, args []string) error
 }
 
@@ -65,6 +66,7 @@ type env struct {
 	stdout  io.Writer
 	stderr  io.Writer
 	client  *Client
+	opts    any // what the subcommand's flags function returned, parsed
 }
 
 // usageError is a bad command line: printed with a hint and exit code 2.
@@ -206,7 +208,7 @@ func runSub(g *group, sc *subcommand, args []string, e *env) int {
 	name := "crownctl " + g.name + " " + sc.name
 	fs := newFlagSet(name, e)
 	if sc.flags != nil {
-		sc.flags(fs)
+		e.opts = sc.flags(fs)
 	}
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {

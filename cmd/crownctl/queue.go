@@ -38,15 +38,17 @@ It may also carry "state" ("paused") and "policy" (a name or null).`,
 		{name: "resume", args: "NAME", summary: "resume delivery", minArgs: 1, maxArgs: 1,
 			run: func(ctx context.Context, e *env, a []string) error { return queueAction(ctx, e, a[0], "resume", nil) }},
 		{name: "purge", args: "NAME", summary: "remove the unconsumed messages (asks for --yes)", minArgs: 1, maxArgs: 1,
-			flags: func(fs *flag.FlagSet) {
+			flags: func(fs *flag.FlagSet) any {
 				fs.Bool("yes", false, "confirm the purge")
 				fs.String("states", "", "comma-separated states (default available,scheduled,retryable,pending)")
+				return nil
 			},
 			run: queuePurge},
 		{name: "delete", args: "NAME", summary: "delete a queue with a strategy (reject, purge, move, discard)", minArgs: 1, maxArgs: 1,
-			flags: func(fs *flag.FlagSet) {
+			flags: func(fs *flag.FlagSet) any {
 				fs.String("strategy", "reject", "reject, purge, move or discard")
 				fs.String("target", "", "target queue for --strategy move")
+				return nil
 			},
 			run: queueDelete},
 		{name: "stats", args: "NAME", summary: "depth, capacity and pressure", minArgs: 1, maxArgs: 1, run: queueStats},
