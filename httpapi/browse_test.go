@@ -468,3 +468,68 @@ func TestHTTPBrowseAnalyticsAndBuffers(t *testing.T) {
 		t.Errorf("unknown series: %d", r.Status)
 	}
 }
+
+// queen-api.md 3.19: "These exist in client code but have no server route in
+// Queen; they answer `404` and the broker SHOULD keep it that way rather than
+// invent semantics: ... `POST /api/v1/messages/{partitionId}/{transactionId}/retry`
+// and `.../dlq` (JS admin)". The README repeats it: "The paths of its section
+// 3.19 answer 404, as the spec asks." The message routes' `{transactionId:.+}`
+// pattern matches these paths too, so without a route of their own the
+// router would answer 405 method_not_allowed.
+func TestHTTPUnservedMessageRetryAndDLQPathsAnswer404(t *testing.T) {
+	s := newStack(t)
+	res := s.push(obj{"queue": "q", "partition": "p", "transactionId": "t1", "payload": 1})
+	pid := asStr(t, asObj(t, res[0])["partition_id"])
+	for _, suffix := range []string{"retry", "dlq"} {
+		path := "/api/v1/messages/" + pid + "/t1/" + suffix
+		r := s.do(http.MethodPost, path, []byte(`{}`))
+		if r.Status != http.StatusNotFound {
+			t.Errorf("POST %s: status %d, want 404 (queen-api.md 3.19); body %s", path, r.Status, r.Raw)
+			continue
+		}
+		if o := asObj(t, r.Body); o["code"] != "not_found" {
+			t.Errorf("POST %s: code %v, want not_found", path, o["code"])
+		}
+	}
+	// The message itself is untouched by either request.
+	if code, body := s.get("/api/v1/messages/" + pid + "/t1"); code != http.StatusOK || asObj(t, body)["status"] != "pending" {
+		t.Errorf("message after the refused requests: %d %v", code, body)
+	}
+}
+
+// queen-api.md 3.12, GET /api/v1/messages query table: "`from` | now − 1 h |
+// Only messages created at or after this time." and "`to` | now | Inclusive
+// to the end of that minute." The default of `from` is one hour before now,
+// whatever `to` says: a listing with only an upper bound later than now (a
+// dashboard asking "up to the end of today") shows the message pushed a
+// moment ago, and one whose `to` is older than an hour shows nothing.
+func TestHTTPListMessagesFromDefaultsToNowMinusOneHour(t *testing.T) {
+	s := newStack(t)
+	s.push(obj{"queue": "lq", "partition": "p", "transactionId": "t1", "payload": 1})
+	count := func(query string) (int, []any) {
+		t.Helper()
+		code, body := s.get("/api/v1/messages?" + query)
+		if code != http.StatusOK {
+			t.Fatalf("list %s: status %d %v", query, code, body)
+		}
+		msgs := asArr(t, asObj(t, body)["messages"])
+		return len(msgs), msgs
+	}
+	if n, _ := count("queue=lq"); n != 1 {
+		t.Fatalf("default listing: %d messages, want 1", n)
+	}
+	to := time.Now().UTC().Add(3 * time.Hour).Format(time.RFC3339)
+	n, msgs := count("queue=lq&to=" + url.QueryEscape(to))
+	if n != 1 {
+		t.Fatalf("listing with to=%s and no from: %d messages, want the 1 pushed now (from defaults to now − 1 h)", to, n)
+	}
+	if got := asObj(t, msgs[0])["transactionId"]; got != "t1" {
+		t.Errorf("listed %v, want t1", got)
+	}
+	// A `to` older than the default start leaves nothing: an empty page, not
+	// the 400 of a `from` the client sent after its `to`.
+	old := time.Now().UTC().Add(-2 * time.Hour).Format(time.RFC3339)
+	if n, _ := count("queue=lq&to=" + url.QueryEscape(old)); n != 0 {
+		t.Errorf("listing with to=%s and no from: %d messages, want 0", old, n)
+	}
+}

@@ -42,28 +42,34 @@ func queryTime(q url.Values, name string) (t time.Time, ok bool, aerr *apiError)
 	return t, true, nil
 }
 
-// queryRange reads from and to, defaulting to [now - span, now], and
-// refuses a range that ends before it starts.
-func queryRange(q url.Values, now time.Time, span time.Duration) (from, to time.Time, aerr *apiError) {
+// queryRange reads from and to, defaulting to [now - span, now] (queen-api.md
+// 3.12, 3.14: the default start is measured from now, whatever to says). A
+// from the client sent after its to is refused; a defaulted from after the
+// client's to leaves nothing in the range, which empty reports (from is then
+// to, so a caller that still answers gets a zero-length range).
+func queryRange(q url.Values, now time.Time, span time.Duration) (from, to time.Time, empty bool, aerr *apiError) {
 	to, ok, aerr := queryTime(q, "to")
 	if aerr != nil {
-		return from, to, aerr
+		return from, to, false, aerr
 	}
 	if !ok {
 		to = now
 	}
 	from, ok, aerr = queryTime(q, "from")
 	if aerr != nil {
-		return from, to, aerr
+		return from, to, false, aerr
 	}
 	if !ok {
-		from = to.Add(-span)
+		from = now.Add(-span)
+		if from.After(to) {
+			return to, to, true, nil
+		}
 	}
 	if from.After(to) {
-		return from, to, badRequest(codeInvalidField, "from", "from (%s) is after to (%s)",
+		return from, to, false, badRequest(codeInvalidField, "from", "from (%s) is after to (%s)",
 			from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
 	}
-	return from, to, nil
+	return from, to, false, nil
 }
 
 func optUUID(id [16]byte, ok bool) any {
@@ -95,7 +101,7 @@ func (s *Server) handleListMessages(w http.ResponseWriter, r *http.Request) {
 			"status must be one of pending, processing, completed, dead_letter, got %q", query.Status))
 		return
 	}
-	from, to, aerr := queryRange(q, now, time.Hour)
+	from, to, empty, aerr := queryRange(q, now, time.Hour)
 	if aerr == nil {
 		query.Limit, query.Offset, aerr = queryPage(q, 200, fsm.MaxBrowseLimit, fsm.MaxBrowseOffset)
 	}
@@ -103,8 +109,11 @@ func (s *Server) handleListMessages(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	// `to` includes the whole of its minute.
+	// `to` includes the whole of its minute, unless the range is empty.
 	query.From, query.Before = from.UnixMicro(), to.Truncate(time.Minute).Add(time.Minute).UnixMicro()
+	if empty {
+		query.Before = query.From
+	}
 	list, err := s.state.ListMessages(query, now.UnixMicro())
 	if err != nil {
 		internalError(w, err)

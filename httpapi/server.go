@@ -159,9 +159,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 func (s *Server) routes() *mux.Router {
 	r := mux.NewRouter()
 	r.UseEncodedPath()
-	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	notFound := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, &apiError{Status: 404, Code: codeNotFound, Message: "Not Found"})
 	})
+	r.NotFoundHandler = notFound
 	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, &apiError{Status: 405, Code: "method_not_allowed", Message: "Method Not Allowed"})
 	})
@@ -202,6 +203,10 @@ func (s *Server) routes() *mux.Router {
 	handle("GET", "/api/v1/messages", "messages", s.handleListMessages)
 	handle("GET", "/api/v1/messages/{partitionId}/{transactionId:.+}", "message", s.handleGetMessage)
 	handle("DELETE", "/api/v1/messages/{partitionId}/{transactionId:.+}", "message_delete", s.handleDeleteMessage)
+	// POST .../retry and .../dlq are client paths Queen does not serve
+	// (queen-api.md 3.19): without this route the two above match them as a
+	// transaction id holding a slash and a POST would be a 405.
+	r.Handle("/api/v1/messages/{partitionId}/{transactionId:.+}", notFound).Methods("POST")
 	handle("GET", "/api/v1/status", "status", s.handleStatus)
 	handle("GET", "/api/v1/status/queues", "status_queues", s.handleStatusQueues)
 	handle("GET", "/api/v1/status/queues/{queue}", "status_queue", s.handleStatusQueue)
