@@ -176,25 +176,22 @@ func applyConfigureSet(a *applier, c *ConfigureSet) any {
 		q, created = nq, true
 	}
 	q.Namespace, q.Task = c.Configure.Namespace, c.Configure.Task
+	// The options the request names beat every policy, now and after any
+	// later policy edit (docs/queues.md, layer 4); kept as the bits of
+	// Named beside the base rather than as OJS overrides, whose ranges and
+	// single dead-letter switch cannot say every Queen value (a lease over
+	// 12 hours, retention off, the two dead-letter flags apart).
+	q.Named = c.Present & presentShared
 	if q.OJS == nil && q.Base == nil && !a.tx.HasPolicies() {
 		q.Options = opts
 	} else {
 		b := opts
 		q.Base = &b
 		ensureOJS(q)
+		// A configure replaces the shared options whole, OJS overrides of
+		// them included.
 		ov := &q.OJS.Overrides
 		ov.VisibilityTimeout, ov.DLQEnabled, ov.CompletedTTL = nil, nil, nil
-		if c.Present&PresentLease != 0 && opts.LeaseTime >= 1 && opts.LeaseTime <= MaxVisibilityTimeout {
-			v := opts.LeaseTime
-			ov.VisibilityTimeout = &v
-		}
-		if c.Present&PresentDLQ != 0 {
-			v := opts.DeadLetterQueue || opts.DLQAfterMaxRetries
-			ov.DLQEnabled = &v
-		}
-		if c.Present&PresentRetention != 0 && opts.RetentionEnabled && opts.CompletedRetentionSeconds > 0 {
-			ov.CompletedTTL = &Duration{Text: FormatSeconds(opts.CompletedRetentionSeconds), Micros: Micros(opts.CompletedRetentionSeconds)}
-		}
 		q.OJS.UpdatedAt = a.now
 		resolve(a.tx, q)
 	}
@@ -314,12 +311,19 @@ func applyOJSUpdateQueue(a *applier, c *OJSUpdateQueue) any {
 	}
 	mergeConfig(&after, &c.Set)
 	fields := changedFields(&before, &after)
+	// An override set or removed here replaces the value a /configure
+	// named for the same option, which shares the layer.
+	named := q.Named &^ namedBy(&c.Set, c.Unset)
+	if c.Replace {
+		named = 0
+	}
 	stateChanged := newState != s.State
 	policyChanged := newPolicy != s.Policy
-	if len(fields) == 0 && !stateChanged && !policyChanged {
+	if len(fields) == 0 && !stateChanged && !policyChanged && named == q.Named {
 		return &OJSResult{Queue: copyQueue(q)}
 	}
 	s.Overrides = after
+	q.Named = named
 	s.Policy = newPolicy
 	if stateChanged {
 		s.State = newState

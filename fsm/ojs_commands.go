@@ -19,6 +19,9 @@ const (
 	PresentRetention                    // retentionEnabled or completedRetentionSeconds
 )
 
+// presentShared are the Present bits of the options the OJS view shares.
+const presentShared = PresentLease | PresentDLQ | PresentRetention
+
 // ConfigureSet is a Queen /configure that also says which shared options
 // the request named. It replaces the Queen base of the queue and the
 // overrides of the shared fields; a queue it creates binds the matching

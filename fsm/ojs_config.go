@@ -119,6 +119,48 @@ func unsetFields(c *QueueConfig, bits uint32) {
 	}
 }
 
+// namedBy is the Present bits of the shared options a patch that sets set
+// and removes unset touches.
+func namedBy(set *QueueConfig, unset uint32) uint32 {
+	var p uint32
+	if set.VisibilityTimeout != nil || unset&FieldVisibilityTimeout != 0 {
+		p |= PresentLease
+	}
+	if set.DLQEnabled != nil || unset&FieldDLQEnabled != 0 {
+		p |= PresentDLQ
+	}
+	if set.CompletedTTL != nil || unset&FieldCompletedTTL != 0 {
+		p |= PresentRetention
+	}
+	return p
+}
+
+// Overrides is q's top layer as the OJS view shows it: its OJS overrides,
+// and the shared options a /configure named, as the OJS fields say them
+// (retention a /configure turned off has no OJS form and is not shown).
+func Overrides(q *segments.Queue) QueueConfig {
+	var ov QueueConfig
+	if q.OJS != nil {
+		mergeConfig(&ov, &q.OJS.Overrides)
+	}
+	o := q.Options
+	if q.Base != nil {
+		o = *q.Base
+	}
+	if q.Named&PresentLease != 0 {
+		v := o.LeaseTime
+		ov.VisibilityTimeout = &v
+	}
+	if q.Named&PresentDLQ != 0 {
+		v := o.DeadLetterQueue || o.DLQAfterMaxRetries
+		ov.DLQEnabled = &v
+	}
+	if q.Named&PresentRetention != 0 && o.RetentionEnabled && o.CompletedRetentionSeconds > 0 {
+		ov.CompletedTTL = &Duration{Text: FormatSeconds(o.CompletedRetentionSeconds), Micros: Micros(o.CompletedRetentionSeconds)}
+	}
+	return ov
+}
+
 // mergeConfig sets on dst every field src sets (copying values).
 func mergeConfig(dst *QueueConfig, src *QueueConfig) {
 	cpI := func(p *int64) *int64 { v := *p; return &v }
@@ -429,17 +471,19 @@ func resolve(tx *segments.Tx, q *segments.Queue) {
 		b := q.Options
 		q.Base = &b
 	}
+	// A shared option a /configure named keeps its base value: it is in the
+	// top layer, where an OJS override of the same option cannot also be.
 	o := *q.Base
-	if v := firstInt(ls, func(c *QueueConfig) *int64 { return c.VisibilityTimeout }); v != nil {
+	if v := firstInt(ls, func(c *QueueConfig) *int64 { return c.VisibilityTimeout }); v != nil && q.Named&PresentLease == 0 {
 		o.LeaseTime = *v
 	}
 	for _, l := range ls {
-		if l.DLQEnabled != nil {
+		if l.DLQEnabled != nil && q.Named&PresentDLQ == 0 {
 			o.DeadLetterQueue, o.DLQAfterMaxRetries = *l.DLQEnabled, *l.DLQEnabled
 			break
 		}
 	}
-	if d := firstDur(ls, func(c *QueueConfig) *Duration { return c.CompletedTTL }); d != nil {
+	if d := firstDur(ls, func(c *QueueConfig) *Duration { return c.CompletedTTL }); d != nil && q.Named&PresentRetention == 0 {
 		o.RetentionEnabled, o.CompletedRetentionSeconds = true, ceilSeconds(d.Micros)
 	}
 	q.Options = o

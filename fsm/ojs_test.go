@@ -167,6 +167,39 @@ func TestOJSGlobAndPolicyChoice(t *testing.T) {
 	}
 }
 
+// What a /configure names shares the top layer with the OJS overrides:
+// policies never beat it (not even values OJS cannot say: a day's lease,
+// retention off, the dead-letter flags apart), a later PATCH of the same
+// option replaces it, and a PATCH removing that option's override lets the
+// policies through again.
+func TestOJSConfigureNamedSharesTopLayer(t *testing.T) {
+	m := newMachine(t)
+	m.ojsOK(&OJSPutPolicy{Name: DefaultPolicyName, Mode: PolicyPut, Set: QueueConfig{VisibilityTimeout: i64(45),
+		DLQEnabled: bptr(false), CompletedTTL: &Duration{Text: "PT1S", Micros: 1e6}}})
+	opts := DefaultOptions(0)
+	opts.LeaseTime, opts.DeadLetterQueue, opts.DLQAfterMaxRetries, opts.RetentionEnabled = 86400, true, false, false
+	m.apply(&ConfigureSet{Configure: Configure{Queue: "q", Options: opts}, Present: PresentLease | PresentDLQ | PresentRetention})
+	want := func(what string, lease int64, dlq, dlqMax, retention bool, named uint32) {
+		t.Helper()
+		q := m.queue("q")
+		o := q.Options
+		if o.LeaseTime != lease || o.DeadLetterQueue != dlq || o.DLQAfterMaxRetries != dlqMax || o.RetentionEnabled != retention || q.Named != named {
+			t.Fatalf("%s: lease %d dlq %v/%v retention %v named %b; want %d %v/%v %v %b", what, o.LeaseTime,
+				o.DeadLetterQueue, o.DLQAfterMaxRetries, o.RetentionEnabled, q.Named, lease, dlq, dlqMax, retention, named)
+		}
+	}
+	want("configured under _default", 86400, true, false, false, PresentLease|PresentDLQ|PresentRetention)
+	m.ojsOK(&OJSPutPolicy{Name: DefaultPolicyName, Mode: PolicyPatch, Set: QueueConfig{VisibilityTimeout: i64(50)}})
+	want("after a _default edit", 86400, true, false, false, PresentLease|PresentDLQ|PresentRetention)
+	m.ojsOK(&OJSUpdateQueue{Name: "q", Set: QueueConfig{VisibilityTimeout: i64(9)}})
+	want("after a PATCH of the lease", 9, true, false, false, PresentDLQ|PresentRetention)
+	m.ojsOK(&OJSUpdateQueue{Name: "q", Unset: FieldDLQEnabled})
+	want("after dead_letter.enabled: null", 9, false, false, false, PresentRetention)
+	if ov := Overrides(m.queue("q")); ov.VisibilityTimeout == nil || *ov.VisibilityTimeout != 9 || ov.DLQEnabled != nil || ov.CompletedTTL != nil {
+		t.Fatalf("overrides shown: %+v", ov)
+	}
+}
+
 func TestOJSLeaseDefaultsByOrigin(t *testing.T) {
 	m := newMachine(t)
 	m.push(item("pushed", "", "t", `1`))
@@ -188,7 +221,8 @@ func TestOJSLeaseDefaultsByOrigin(t *testing.T) {
 	opts := DefaultOptions(0)
 	opts.LeaseTime = 120
 	m.apply(&ConfigureSet{Configure: Configure{Queue: "configured", Options: opts}, Present: PresentLease})
-	if q := m.queue("configured"); q.Options.LeaseTime != 120 || *q.OJS.Overrides.VisibilityTimeout != 120 {
+	if q := m.queue("configured"); q.Options.LeaseTime != 120 || q.OJS.Overrides.VisibilityTimeout != nil ||
+		q.Named != PresentLease || *Overrides(q).VisibilityTimeout != 120 {
 		t.Fatalf("configure: lease %d", q.Options.LeaseTime)
 	}
 	// And an OJS override shows in the Queen options.

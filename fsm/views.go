@@ -74,6 +74,13 @@ func (f *FSM) CheckPopAs(c *Lease, principal string, now int64, count bool) (Pop
 				pc.WakeAt = t
 			}
 		}
+		// A pop claims at most maxParts partitions, so the estimate counts
+		// what the first maxParts deliverable ones (in the order the pop
+		// walks them) hold, not the whole scope.
+		maxParts, parts := max(c.MaxPartitions, 1), uint32(0)
+		if c.Scope == ScopeSpecific {
+			maxParts = 1
+		}
 		blocked := false
 		visit := func(q *segments.Queue, part *segments.Partition) bool {
 			if blocked {
@@ -86,10 +93,13 @@ func (f *FSM) CheckPopAs(c *Lease, principal string, now int64, count bool) (Pop
 			}
 			n, _, delayedAt := e.deliverable(tx, part, limit()-pc.Deliverable)
 			pc.Deliverable += n
+			if n > 0 {
+				parts++
+			}
 			if delayedAt != 0 {
 				wake(delayedAt + Micros(q.Options.DelayedProcessing))
 			}
-			return pc.Deliverable < limit()
+			return pc.Deliverable < limit() && parts < maxParts
 		}
 		forEachCandidate(tx, c, func(q *segments.Queue) {
 			pc.MinPopWait = max(pc.MinPopWait, q.Options.MinPopWaitTime)

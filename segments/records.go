@@ -63,6 +63,10 @@ type Queue struct {
 	// plain Queen queues encode exactly as before.
 	Base *Options  `msgpack:"base,omitempty"`
 	OJS  *OJSState `msgpack:"ojs,omitempty"`
+	// Named marks (with fsm's Present bits) the options shared with the OJS
+	// view that the last Queen /configure named: they sit in the top layer
+	// beside the OJS overrides, so no policy beats them. Omitted when zero.
+	Named uint32 `msgpack:"named,omitempty"`
 }
 
 // Partition is one ordered lane of a queue. Offsets start at 1; an offset

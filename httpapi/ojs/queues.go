@@ -17,14 +17,13 @@ func QueueJSON(v *fsm.OJSQueueView) map[string]any {
 	q := &v.Queue
 	state := fsm.StateName(q)
 	var policy any
-	var overrides fsm.QueueConfig
+	overrides := fsm.Overrides(q)
 	origin := "implicit"
 	updated := q.CreatedAt
 	if s := q.OJS; s != nil {
 		if s.Policy != "" {
 			policy = s.Policy
 		}
-		overrides = s.Overrides
 		if s.Explicit {
 			origin = "explicit"
 		}
