@@ -388,6 +388,28 @@ func (f *FSM) Counters() (Counters, error) {
 	return c, err
 }
 
+// QueueCount is a count for one queue.
+type QueueCount struct {
+	Queue string
+	N     uint64
+}
+
+// DeadLetterDepths counts the dead letters of every queue that holds any,
+// in name order (a scrape's queen_dlq_depth_by_queue). It walks the keys of
+// the dead-letter bucket, decoding nothing.
+func (f *FSM) DeadLetterDepths() ([]QueueCount, error) {
+	var out []QueueCount
+	err := f.View(func(tx *segments.Tx) error {
+		return tx.ForEachQueue(func(q *segments.Queue) (bool, error) {
+			if n := tx.DeadLetterCount(q.ID); n > 0 {
+				out = append(out, QueueCount{Queue: q.Name, N: n})
+			}
+			return true, nil
+		})
+	})
+	return out, err
+}
+
 // SweepTargets lists the queues with at least one deletion rule on, in name order.
 func (f *FSM) SweepTargets() ([]string, error) {
 	var out []string

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,7 +21,7 @@ type metrics struct {
 	latency        *prometheus.HistogramVec
 	fillWaits      prometheus.Counter
 	fillWaitMicros prometheus.Counter
-	parked         prometheus.Gauge
+	parked         *parkedGauge
 	popEmpty       prometheus.Counter
 }
 
@@ -40,15 +42,16 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		fillWaitMicros: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "queen_pop_fill_wait_microseconds_total", Help: "Time pops spent in minPopWaitTime fill waits.",
 		}),
-		parked: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "queen_queue_parked_consumers", Help: "Long-poll pops parked on this node.",
-		}),
+		parked: newParkedGauge(),
 		popEmpty: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "crown_pop_empty_total", Help: "Pops answered 204 on this node.",
 		}),
 	}
 	reg.MustRegister(m.requests, m.latency, m.fillWaits, m.fillWaitMicros, m.parked, m.popEmpty,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		// Queen's names for the same process figures (queen-api.md 3.3).
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: "queen"}),
+		newCPUCollector(),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "queen_uptime_seconds", Help: "Seconds since this node started."},
 			func() float64 { return time.Since(s.started).Seconds() }),
 		newClusterCollector(s))
@@ -59,11 +62,107 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 // metrics that libraries name (crownd's crown_raft_* from hashicorp/raft),
 // and one that a new library version shapes inconsistently must cost that
 // metric, logged, not the whole scrape.
+//
+// The text format is announced as queen-api.md 3.3 gives it: the library
+// appends "; escaping=underscores", which Queen's scrapers do not expect.
 func (m *metrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+	h := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
 		ErrorHandling: promhttp.ContinueOnError,
 		ErrorLog:      gatherLog{m.log},
 	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(&textFormatHeader{ResponseWriter: w}, r)
+	})
+}
+
+// prometheusText is the content type of the text exposition format.
+const prometheusText = "text/plain; version=0.0.4; charset=utf-8"
+
+// textFormatHeader rewrites the negotiated text format's content type as it
+// is written, and leaves other formats (protobuf, OpenMetrics) alone.
+type textFormatHeader struct {
+	http.ResponseWriter
+	done bool
+}
+
+func (t *textFormatHeader) fix() {
+	if t.done {
+		return
+	}
+	t.done = true
+	h := t.ResponseWriter.Header()
+	if ct := h.Get("Content-Type"); strings.HasPrefix(ct, "text/plain; version=0.0.4") {
+		h.Set("Content-Type", prometheusText)
+	}
+}
+
+func (t *textFormatHeader) WriteHeader(code int) {
+	t.fix()
+	t.ResponseWriter.WriteHeader(code)
+}
+
+func (t *textFormatHeader) Write(b []byte) (int, error) {
+	t.fix()
+	return t.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (t *textFormatHeader) Unwrap() http.ResponseWriter { return t.ResponseWriter }
+
+// parkedGauge is queen_queue_parked_consumers by queue: the long-poll pops
+// parked on this node. A queue's series goes when its count returns to 0,
+// so the labels stay as many as the queues being waited on; a discovery pop
+// (no queue) is counted under queue="".
+type parkedGauge struct {
+	desc *prometheus.Desc
+	mu   sync.Mutex
+	n    map[string]int
+}
+
+func newParkedGauge() *parkedGauge {
+	return &parkedGauge{n: map[string]int{}, desc: prometheus.NewDesc("queen_queue_parked_consumers",
+		"Long-poll pops parked on this node, by queue (\"\" for a discovery pop by namespace or task).", []string{"queue"}, nil)}
+}
+
+func (g *parkedGauge) add(queue string, d int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.n[queue] += d; g.n[queue] <= 0 {
+		delete(g.n, queue)
+	}
+}
+
+func (g *parkedGauge) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+
+func (g *parkedGauge) Collect(ch chan<- prometheus.Metric) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for q, n := range g.n {
+		ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, float64(n), q)
+	}
+}
+
+// cpuCollector exports the process's user and system CPU time under
+// Queen's names (queen_cpu_{user,system}_microseconds_total), which the
+// process collector's process_cpu_seconds_total adds together.
+type cpuCollector struct{ user, system *prometheus.Desc }
+
+func newCPUCollector() *cpuCollector {
+	return &cpuCollector{
+		user:   prometheus.NewDesc("queen_cpu_user_microseconds_total", "User CPU time of this process.", nil, nil),
+		system: prometheus.NewDesc("queen_cpu_system_microseconds_total", "System CPU time of this process.", nil, nil),
+	}
+}
+
+func (c *cpuCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.user; ch <- c.system }
+
+func (c *cpuCollector) Collect(ch chan<- prometheus.Metric) {
+	user, system, ok := processCPU()
+	if !ok {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.user, prometheus.CounterValue, float64(user.Microseconds()))
+	ch <- prometheus.MustNewConstMetric(c.system, prometheus.CounterValue, float64(system.Microseconds()))
 }
 
 // gatherLog is promhttp's error log on the node's logger.
@@ -106,6 +205,7 @@ type clusterCollector struct {
 	counters                                     []*prometheus.Desc // in counterNames order
 	ack, applied, commit, leader, term, logBytes *prometheus.Desc
 	entries, commands, lingered                  *prometheus.Desc
+	dlqDepth, dlqByQueue                         *prometheus.Desc
 }
 
 var counterNames = []string{
@@ -132,6 +232,9 @@ func newClusterCollector(s *Server) *clusterCollector {
 			"Commands (requests) carried by the entries this node proposed; divided by crown_commit_entries_total, the batch size.", nil, nil),
 		lingered: prometheus.NewDesc("crown_commit_lingered_total",
 			"Entries that waited out --commit-linger for more requests (the node was busy) rather than filling up first.", nil, nil),
+		dlqDepth: prometheus.NewDesc("queen_dlq_depth", "Dead letters stored, all queues.", nil, cluster),
+		dlqByQueue: prometheus.NewDesc("queen_dlq_depth_by_queue",
+			"Dead letters stored, by queue (queues holding none have no series).", []string{"queue"}, nil),
 	}
 	for _, n := range counterNames {
 		c.counters = append(c.counters, prometheus.NewDesc(n, "Cluster-wide lifetime counter (replicated; query with max).", nil, cluster))
@@ -143,7 +246,8 @@ func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.counters {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{c.ack, c.applied, c.commit, c.leader, c.term, c.logBytes, c.entries, c.commands, c.lingered} {
+	for _, d := range []*prometheus.Desc{c.ack, c.applied, c.commit, c.leader, c.term, c.logBytes, c.entries, c.commands,
+		c.lingered, c.dlqDepth, c.dlqByQueue} {
 		ch <- d
 	}
 }
@@ -157,6 +261,14 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.ack, prometheus.CounterValue, float64(ct.AckSuccess), "success")
 		ch <- prometheus.MustNewConstMetric(c.ack, prometheus.CounterValue, float64(ct.AckFailed), "failed")
+	}
+	if depths, err := c.s.state.DeadLetterDepths(); err == nil {
+		var total uint64
+		for _, d := range depths {
+			total += d.N
+			ch <- prometheus.MustNewConstMetric(c.dlqByQueue, prometheus.GaugeValue, float64(d.N), d.Queue)
+		}
+		ch <- prometheus.MustNewConstMetric(c.dlqDepth, prometheus.GaugeValue, float64(total))
 	}
 	st := c.s.cluster.Status()
 	leader := 0.0

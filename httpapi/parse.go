@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -103,6 +104,9 @@ func readPooled(rd io.Reader, announced, max int64) (b []byte, release func(), e
 // by exact name (a repeated name keeps its last value, as encoding/json does).
 func decodeObject(b []byte, where string) (map[string]json.RawMessage, *apiError) {
 	v, err := jsonscan.Value(b)
+	if errors.Is(err, jsonscan.ErrTooDeep) {
+		return nil, badRequest(codeLimit, where, "the JSON nests deeper than %d levels (%v)", jsonscan.MaxDepth, err)
+	}
 	if err != nil {
 		return nil, badRequest(codeInvalidJSON, where, "Invalid JSON: %v", err)
 	}

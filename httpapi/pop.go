@@ -81,9 +81,11 @@ func (s *Server) parsePop(r *http.Request, scope uint8) (popRequest, *apiError, 
 			l.Partition = pathVar(r, "partition")
 		}
 	}
-	// Names over the limit cannot exist: nothing to deliver.
-	if l.Validate() != nil {
-		return p, nil, false
+	// A name over the limit is refused (queen-api.md 1.2), not answered
+	// "empty": a consumer group of that name would never be told.
+	if aerr := checkPathNames("queue", l.Queue, "partition", l.Partition, "namespace", l.Namespace,
+		"task", l.Task, "consumerGroup", l.Group); aerr != nil {
+		return p, aerr, false
 	}
 	return p, nil, true
 }
@@ -172,7 +174,7 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 				until = t
 			}
 		}
-		s.metrics.parked.Inc()
+		s.metrics.parked.add(p.lease.Queue, 1)
 		parked = true
 		timer := time.NewTimer(max(time.Until(until), 0))
 		select {
@@ -182,7 +184,7 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 		case <-s.closing:
 		}
 		timer.Stop()
-		s.metrics.parked.Dec()
+		s.metrics.parked.add(p.lease.Queue, -1)
 		s.waiters.remove(wt)
 		if ctx.Err() != nil {
 			return

@@ -157,7 +157,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) routes() *mux.Router {
-	r := mux.NewRouter()
+	// No path cleaning: a queue or group may be named "." or ".." (queen-
+	// api.md 3.4: any string), which clients escape with url.PathEscape, and
+	// a cleaned path would redirect a DELETE of one to another resource.
+	r := mux.NewRouter().SkipClean(true)
 	r.UseEncodedPath()
 	notFound := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, &apiError{Status: 404, Code: codeNotFound, Message: "Not Found"})

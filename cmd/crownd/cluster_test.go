@@ -1553,18 +1553,21 @@ func TestClusterLongPollOnFollowerWakesOnCommit(t *testing.T) {
 }
 
 // clusterWaitParked waits until n reports at least want long-polls parked
-// (queen_queue_parked_consumers on /metrics/prometheus).
+// (queen_queue_parked_consumers on /metrics/prometheus, summed over queues).
 func clusterWaitParked(ctx context.Context, n *tc.Node, want int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	re := regexp.MustCompile(`(?m)^queen_queue_parked_consumers (\S+)$`)
+	re := regexp.MustCompile(`(?m)^queen_queue_parked_consumers\{[^}]*\} (\S+)$`)
 	for {
 		var body string
 		err := clusterGetText(ctx, n.URL()+"/metrics/prometheus", &body)
 		if err == nil {
-			if m := re.FindStringSubmatch(body); m != nil {
-				if v, _ := strconv.ParseFloat(m[1], 64); int(v) >= want {
-					return nil
-				}
+			parked := 0.0
+			for _, m := range re.FindAllStringSubmatch(body, -1) {
+				v, _ := strconv.ParseFloat(m[1], 64)
+				parked += v
+			}
+			if int(parked) >= want {
+				return nil
 			}
 		}
 		if time.Now().After(deadline) {

@@ -21,16 +21,26 @@ import (
 	"unicode/utf8"
 )
 
-// MaxDepth bounds nesting of objects and arrays.
-const MaxDepth = 1000
+// MaxDepth bounds nesting of objects and arrays, as encoding/json does
+// (valid JSON deeper than this is refused with ErrTooDeep: a limit, not a
+// syntax error).
+const MaxDepth = 10000
+
+// ErrTooDeep reports nesting deeper than MaxDepth.
+var ErrTooDeep = fmt.Errorf("nesting deeper than %d", MaxDepth)
 
 // SyntaxError reports invalid JSON and where.
 type SyntaxError struct {
 	Offset int
 	Msg    string
+	Err    error // ErrTooDeep for a limit; nil for malformed JSON
 }
 
 func (e *SyntaxError) Error() string { return fmt.Sprintf("%s at offset %d", e.Msg, e.Offset) }
+
+func (e *SyntaxError) Unwrap() error { return e.Err }
+
+func tooDeep(i int) error { return &SyntaxError{Offset: i, Msg: ErrTooDeep.Error(), Err: ErrTooDeep} }
 
 func syntaxErr(i int, format string, args ...any) error {
 	return &SyntaxError{Offset: i, Msg: fmt.Sprintf(format, args...)}
@@ -236,7 +246,7 @@ func isHex4(b []byte) bool {
 // member's raw key (with quotes) and raw value.
 func skipObject(b []byte, i, depth int, fn func(key, val []byte) error) (int, error) {
 	if depth > MaxDepth {
-		return i, syntaxErr(i, "nesting deeper than %d", MaxDepth)
+		return i, tooDeep(i)
 	}
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
@@ -282,7 +292,7 @@ func skipObject(b []byte, i, depth int, fn func(key, val []byte) error) (int, er
 
 func skipArray(b []byte, i, depth int, fn func(elem []byte) error) (int, error) {
 	if depth > MaxDepth {
-		return i, syntaxErr(i, "nesting deeper than %d", MaxDepth)
+		return i, tooDeep(i)
 	}
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == ']' {
