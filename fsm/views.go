@@ -1,6 +1,9 @@
 package fsm
 
 import (
+	"cmp"
+	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/crownmq/crown/segments"
@@ -341,27 +344,44 @@ func (f *FSM) DeadLetters(q DLQQuery) (out []DeadLetterView, total int, err erro
 				return true, nil
 			}))
 		}
-		uuids := map[uint64][16]byte{}
+		// Newest first across queues (queen-api.md 3.13): the entries'
+		// sequence numbers are cluster-wide and grow with failure time, so
+		// the matching heads of every queue are sorted by them, and only
+		// the page's entries are read whole.
+		type hit struct {
+			seq uint64
+			qu  *segments.Queue
+		}
+		var hits []hit
 		for _, qu := range queues {
-			must(tx.ForEachDeadLetter(qu.ID, func(d *segments.DeadLetter) (bool, error) {
-				if (q.Group != "" && d.Group != q.Group) || (q.Partition != "" && d.PartitionName != q.Partition) ||
-					(q.From != 0 && d.FailedAt < q.From) || (q.To != 0 && d.FailedAt > q.To) {
-					return true, nil
-				}
-				total++
-				if total > q.Offset && len(out) < q.Limit {
-					id, ok := uuids[d.PartitionID]
-					if !ok {
-						if p := must1(tx.PartitionByID(d.PartitionID)); p != nil {
-							id = p.UUID
-						}
-						uuids[d.PartitionID] = id
-					}
-					out = append(out, DeadLetterView{DeadLetter: *d, QueueName: qu.Name,
-						Namespace: qu.Namespace, Task: qu.Task, PartUUID: id})
+			must(tx.ForEachDeadLetterHead(qu.ID, func(d *segments.DeadLetterHead) (bool, error) {
+				if (q.Group == "" || d.Group == q.Group) && (q.Partition == "" || d.PartitionName == q.Partition) &&
+					(q.From == 0 || d.FailedAt >= q.From) && (q.To == 0 || d.FailedAt <= q.To) {
+					hits = append(hits, hit{d.Seq, qu})
 				}
 				return true, nil
 			}))
+		}
+		if len(queues) > 1 {
+			slices.SortFunc(hits, func(a, b hit) int { return cmp.Compare(b.seq, a.seq) })
+		}
+		total = len(hits)
+		lo := min(max(q.Offset, 0), total)
+		uuids := map[uint64][16]byte{}
+		for _, h := range hits[lo:min(lo+max(q.Limit, 0), total)] {
+			d := must1(tx.DeadLetterAt(h.qu.ID, h.seq))
+			if d == nil {
+				return fmt.Errorf("dead letter %d of queue %s vanished inside one read: %w", h.seq, h.qu.Name, segments.ErrCorrupt)
+			}
+			id, ok := uuids[d.PartitionID]
+			if !ok {
+				if p := must1(tx.PartitionByID(d.PartitionID)); p != nil {
+					id = p.UUID
+				}
+				uuids[d.PartitionID] = id
+			}
+			out = append(out, DeadLetterView{DeadLetter: *d, QueueName: h.qu.Name,
+				Namespace: h.qu.Namespace, Task: h.qu.Task, PartUUID: id})
 		}
 		return nil
 	})

@@ -290,7 +290,7 @@ func (s *Server) handleSeekPartition(w http.ResponseWriter, r *http.Request) {
 	sr := res.(*fsm.SeekPartitionResult)
 	if !sr.Found {
 		// Queen answered 500 with this body; the spec asks for 404.
-		writeJSON(w, http.StatusNotFound, map[string]any{"success": false, "error": "Partition not found"})
+		writeJSON(w, http.StatusNotFound, map[string]any{"success": false, "error": "Partition not found", "code": codeNotFound})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": c.Group, "queueName": c.Queue,

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/crownmq/crown/fsm"
 	"github.com/crownmq/crown/httpapi/jsonscan"
@@ -162,6 +163,12 @@ func optBytes(raw json.RawMessage, field, message string) ([]byte, bool, *apiErr
 func checkName(field, s string) *apiError {
 	if len(s) > fsm.MaxNameBytes {
 		return badRequest(codeLimit, field, "%s is %d bytes long; the limit is %d bytes", field, len(s), fsm.MaxNameBytes)
+	}
+	// JSON bodies cannot carry invalid UTF-8 (the scanner refuses it), but a
+	// percent-decoded path or query can; such a name would be listed with
+	// U+FFFD in place of its bytes and then be unreachable by that name.
+	if !utf8.ValidString(s) {
+		return badRequest(codeInvalidField, field, "%s is not valid UTF-8", field)
 	}
 	return nil
 }

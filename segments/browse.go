@@ -127,6 +127,34 @@ func (t *Tx) ReadSegment(p *Partition, first uint64, fn func(*StoredMessage) (bo
 	}
 }
 
+// DeadLetterHead is what a dead-letter listing filters and orders on,
+// decoded without the rest of the entry.
+type DeadLetterHead struct {
+	Seq           uint64 `msgpack:"seq"`
+	PartitionName string `msgpack:"part"`
+	Group         string `msgpack:"group"`
+	FailedAt      int64  `msgpack:"failed"`
+}
+
+// ForEachDeadLetterHead walks the heads of a queue's dead letters newest
+// first.
+func (t *Tx) ForEachDeadLetterHead(qid uint64, fn func(*DeadLetterHead) (bool, error)) error {
+	return forEachDeadLetterNewest(t, qid, fn)
+}
+
+// DeadLetterAt reads a queue's dead letter number seq; nil if there is none.
+func (t *Tx) DeadLetterAt(qid, seq uint64) (*DeadLetter, error) {
+	v := t.bucket(bDLQ).Get(key88(qid, seq))
+	if v == nil {
+		return nil, nil
+	}
+	d := new(DeadLetter)
+	if err := unmarshalMsgpack(v, d); err != nil {
+		return nil, fmt.Errorf("dead letter %d of queue %d: %w", seq, qid, err)
+	}
+	return d, nil
+}
+
 // DeadLetterSummary is a dead-letter entry without its payload: what status
 // views need, decoded without copying a payload that may be megabytes.
 type DeadLetterSummary struct {
