@@ -355,7 +355,18 @@ func isDialError(err error) bool {
 // dialled (it died and this node has not noticed yet) waits for a new one,
 // within --leader-wait, then gives up with no_leader: nothing was applied.
 func (f *forwarder) doRetrying(ctx context.Context, r *http.Request, body []byte, leader, uri string) (*http.Response, *apiError) {
+	return f.doRetryingUntil(ctx, time.Time{}, r, body, leader, uri)
+}
+
+// doRetryingUntil is doRetrying that also stops waiting for a leader at
+// until (zero: no bound but --leader-wait), for a long-poll pop whose own
+// timeout comes first. A request already sent is never cut short: the
+// leader may be leasing messages for it.
+func (f *forwarder) doRetryingUntil(ctx context.Context, until time.Time, r *http.Request, body []byte, leader, uri string) (*http.Response, *apiError) {
 	deadline := time.Now().Add(f.s.cfg.LeaderWait)
+	if !until.IsZero() && until.Before(deadline) {
+		deadline = until
+	}
 	for {
 		resp, aerr := f.do(ctx, r, body, leader, uri)
 		if aerr == nil || !aerr.notSent || !time.Now().Before(deadline) {
@@ -366,7 +377,9 @@ func (f *forwarder) doRetrying(ctx context.Context, r *http.Request, body []byte
 			return nil, aerr
 		case <-time.After(50 * time.Millisecond):
 		}
-		next, lerr := f.s.leaderURL(ctx)
+		lctx, cancel := context.WithDeadline(ctx, deadline)
+		next, lerr := f.s.leaderURL(lctx)
+		cancel()
 		if lerr != nil {
 			return nil, lerr
 		}

@@ -124,6 +124,12 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 	// (queen-api.md 3.5). Later attempts, after a wake-up, use the local
 	// state as a hint: it has caught up with whatever woke it.
 	first := true
+	// A client's own relayed writes (a switch, a seek) are applied here
+	// before the local state is consulted, as for any read.
+	if aerr := s.localRead(ctx); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
 	for {
 		var wt *waiter
 		if p.wait {
@@ -138,15 +144,17 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 			writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
 			return
 		}
-		// Checked on every round: a parked pop woken by the switch answers now.
-		if check.Maintenance {
+		// Checked on every round: a parked pop woken by the switch answers
+		// now. A follower's first round asks the leader instead, whose pop
+		// reads the switch as the log has it, not as this node last saw it.
+		askLeader := first && !s.cluster.IsLeader()
+		first = false
+		if check.Maintenance && !askLeader {
 			s.waiters.remove(wt)
 			s.metrics.popEmpty.Inc()
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
-		askLeader := first && !s.cluster.IsLeader()
-		first = false
 		if askLeader || check.Deliverable > 0 || check.NeedsRecord || check.Denied {
 			if p.wait && !parked && check.Deliverable > 0 && check.Deliverable < c.Batch && c.Batch > 1 && check.MinPopWait > 0 {
 				s.fillWait(ctx, check.MinPopWait, deadline)
@@ -155,14 +163,20 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 				s.waiters.remove(wt)
 				return // the client left: claim nothing
 			}
-			delivered, done := s.attemptPop(w, r, c, check.Encrypted)
+			until := time.Time{}
+			if p.wait {
+				until = deadline
+			}
+			delivered, done := s.attemptPop(w, r, c, check.Encrypted, until)
 			if done || delivered {
 				s.waiters.remove(wt)
 				return
 			}
 		}
 		now := time.Now()
-		if !p.wait || !now.Before(deadline) || s.draining() {
+		// check.Maintenance here: the leader delivered nothing either, so
+		// the switch is as this node sees it and the pop answers at once.
+		if !p.wait || !now.Before(deadline) || s.draining() || check.Maintenance {
 			s.waiters.remove(wt)
 			s.metrics.popEmpty.Inc()
 			w.WriteHeader(http.StatusNoContent)
@@ -223,9 +237,9 @@ func (s *Server) fillWait(ctx context.Context, ms int64, deadline time.Time) {
 // attemptPop proposes the lease on the leader, or asks the leader to try one
 // (wait=false) from a follower. delivered reports a 200 written; done
 // reports any other response written (an error).
-func (s *Server) attemptPop(w http.ResponseWriter, r *http.Request, c *fsm.Lease, encrypted bool) (delivered, done bool) {
+func (s *Server) attemptPop(w http.ResponseWriter, r *http.Request, c *fsm.Lease, encrypted bool, until time.Time) (delivered, done bool) {
 	if !s.cluster.IsLeader() {
-		return s.forwardPop(w, r)
+		return s.forwardPop(w, r, until)
 	}
 	if aerr := s.canOpen(c, encrypted); aerr != nil {
 		writeError(w, aerr)
@@ -296,10 +310,26 @@ func (s *Server) giveBack(ctx context.Context, lr *fsm.LeaseResult, aerr *apiErr
 	aerr.Message += "; the lease was released, so the messages can be delivered again at once"
 }
 
-// forwardPop asks the leader for one immediate pop attempt and relays a 200.
-func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request) (delivered, done bool) {
-	leader, aerr := s.leaderURL(r.Context())
+// forwardPop asks the leader for one immediate pop attempt and relays its
+// answer but a 204. A long-poll gives until, its deadline: waiting for a
+// leader stops there, and the pop then answers 204 as its timeout says
+// (queen-api.md 1.6), since nothing was leased.
+func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, until time.Time) (delivered, done bool) {
+	lctx := r.Context()
+	if !until.IsZero() {
+		var cancel context.CancelFunc
+		lctx, cancel = context.WithDeadline(lctx, until)
+		defer cancel()
+	}
+	timedOut := func(aerr *apiError) bool {
+		return !until.IsZero() && !time.Now().Before(until) && r.Context().Err() == nil &&
+			(aerr.notSent || aerr.Code == codeNoLeader)
+	}
+	leader, aerr := s.leaderURL(lctx)
 	if aerr != nil {
+		if timedOut(aerr) {
+			return false, false
+		}
 		writeError(w, aerr)
 		return false, true
 	}
@@ -309,15 +339,22 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request) (delivered, 
 	q := r.URL.Query()
 	q.Set("wait", "false")
 	uri := r.URL.EscapedPath() + "?" + q.Encode()
-	resp, aerr := s.fwd.doRetrying(r.Context(), r, nil, leader, uri)
+	resp, aerr := s.fwd.doRetryingUntil(r.Context(), until, r, nil, leader, uri)
 	if aerr == errBecameLeader {
 		return false, false // the next round proposes here
 	}
 	if aerr != nil {
+		if timedOut(aerr) {
+			return false, false
+		}
 		writeError(w, aerr)
 		return false, true
 	}
 	defer resp.Body.Close()
+	// The pop was a write on the leader (a lease, a first contact): reads
+	// here after it wait until this node has applied it, as after any
+	// relayed write.
+	s.fwd.catchUp(r.Context(), resp)
 	if resp.StatusCode == http.StatusNoContent {
 		return false, false
 	}
@@ -327,7 +364,12 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request) (delivered, 
 		writeError(w, &apiError{Status: 503, Code: codeUnknown, Message: "lost the leader's pop answer: " + err.Error()})
 		return false, true
 	}
-	writeRawJSON(w, resp.StatusCode, b)
+	for _, h := range relayedHeaders {
+		if v := resp.Header.Get(h); v != "" {
+			w.Header().Set(h, v)
+		}
+	}
+	writeBody(w, resp.StatusCode, b)
 	return resp.StatusCode == http.StatusOK, resp.StatusCode != http.StatusOK
 }
 

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -121,6 +122,10 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 	case "help":
 		return runHelp(rest[1:], e, stdout, stderr)
 	case "version":
+		if slices.ContainsFunc(rest[1:], isHelpFlag) {
+			fmt.Fprintf(stdout, "Usage: crownctl version\n\nPrints the version of this crownctl.\n")
+			return exitOK
+		}
 		fmt.Fprintf(stdout, "crownctl %s\n", version)
 		return exitOK
 	}
@@ -150,8 +155,13 @@ func (g *group) find(name string) *subcommand {
 	return nil
 }
 
+// isHelpFlag reports whether a is one of the spellings of --help.
+func isHelpFlag(a string) bool {
+	return a == "-h" || a == "--help" || a == "-help" || a == "--h"
+}
+
 func runHelp(args []string, e *env, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
+	if len(args) == 0 || isHelpFlag(args[0]) {
 		printMainUsage(stdout, newFlagSet("crownctl", e))
 		return exitOK
 	}
