@@ -1087,7 +1087,7 @@ func applyOJSSweep(a *applier, c *OJSSweep) any {
 	return res
 }
 
-// RefusalText describes a push refusal.
+// RefusalText describes a push (or pop) refusal.
 func RefusalText(r *Refusal) string {
 	switch r.Code {
 	case RefuseFull:
@@ -1098,6 +1098,8 @@ func RefusalText(r *Refusal) string {
 		return fmt.Sprintf("queue %s is being deleted and accepts no new messages", r.Queue)
 	case RefuseDenied:
 		return fmt.Sprintf("principal is not in access.producers of queue %s", r.Queue)
+	case RefuseDeniedConsumer:
+		return fmt.Sprintf("principal is not in access.consumers of queue %s", r.Queue)
 	case RefuseProtected:
 		return fmt.Sprintf("queue %s cannot be deleted", r.Queue)
 	}

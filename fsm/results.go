@@ -173,6 +173,10 @@ const (
 	// RefuseProtected answers a Queen delete of the queue "default": 409
 	// queue_protected, as its OJS delete.
 	RefuseProtected uint8 = 5
+	// RefuseDeniedConsumer answers a pop whose principal is not in
+	// access.consumers: 403. Pops report it in LeaseResult.Denied; the code
+	// is never stored.
+	RefuseDeniedConsumer uint8 = 6
 )
 
 // Refusal says why a push stored nothing.

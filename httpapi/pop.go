@@ -255,7 +255,7 @@ func (s *Server) attemptPop(w http.ResponseWriter, r *http.Request, c *fsm.Lease
 	}
 	lr := res.(*fsm.LeaseResult)
 	if lr.Denied != "" {
-		writeRefusal(w, r, &fsm.Refusal{Code: fsm.RefuseDenied, Queue: lr.Denied})
+		writeRefusal(w, r, &fsm.Refusal{Code: fsm.RefuseDeniedConsumer, Queue: lr.Denied})
 		return false, true
 	}
 	if lr.Count() == 0 {
