@@ -8,12 +8,9 @@ package main_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,44 +25,24 @@ type rcResp struct {
 	body   []byte
 }
 
-// rcDo sends one request and reads the whole answer.
+// rcDo sends one request (body marshalled unless nil or a string) and reads
+// the whole answer.
 func rcDo(t *testing.T, method, url string, body any, headers ...string) rcResp {
 	t.Helper()
-	var rd io.Reader
+	var raw string
 	switch b := body.(type) {
 	case nil:
 	case string:
-		rd = strings.NewReader(b)
+		raw = b
 	default:
-		raw, err := json.Marshal(b)
+		j, err := json.Marshal(b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rd = bytes.NewReader(raw)
+		raw = string(j)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, url, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Accept", "application/json")
-	if rd != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: read: %v", method, url, err)
-	}
-	return rcResp{status: resp.StatusCode, header: resp.Header, body: b}
+	a := ojsDo(t, "", method, url, raw, headers...)
+	return rcResp{status: a.Status, header: a.Header, body: []byte(a.Raw)}
 }
 
 func rcJSON(t *testing.T, r rcResp, v any) {
