@@ -263,8 +263,10 @@ func (s *ackSession) state(c *groupCursor) *segments.Group {
 }
 
 // advance moves the group's position past off (never backwards) and ends
-// the lease when the position passes the last delivered message, which also
-// resets the retry counter. It reports whether the lease ended.
+// the batch (and its lease) when the position passes the last delivered
+// message, which also resets the retry counter. It reports whether a live
+// lease ended (queen-api.md 3.7 leaseReleased): not when a failed ack had
+// already released it, nor when it had expired.
 func (s *ackSession) advance(c *groupCursor, off uint64) bool {
 	g := s.state(c)
 	if off+1 > g.Next {
@@ -278,6 +280,7 @@ func (s *ackSession) advance(c *groupCursor, off uint64) bool {
 		c.dirty = true
 	}
 	if g.HasBatch() && g.Next > g.LeaseLast {
+		live := g.LeaseLive(s.a.now)
 		if g.HasLease() {
 			must(s.a.tx.UnindexLease(g.LeaseID, c.part.ID, s.group))
 		}
@@ -286,7 +289,7 @@ func (s *ackSession) advance(c *groupCursor, off uint64) bool {
 		g.Batches++
 		c.dirty = true
 		s.a.events.touch(c.queue.Name)
-		return true
+		return live
 	}
 	return false
 }
