@@ -55,8 +55,13 @@ func applyDeleteQueue(a *applier, c *DeleteQueue) any {
 	if q.Name == DefaultQueue { // one queue, two views: neither API deletes it
 		return &DeleteQueueResult{Existed: true, Refused: &Refusal{Code: RefuseProtected, Queue: q.Name}}
 	}
+	// One queue, two views: the OJS view sees a Queen delete as a deletion
+	// of everything the queue held (ojs-queues.md 8).
+	depth, _ := queueDepth(a.tx, q, false)
 	must(a.tx.DeleteQueue(q))
+	a.countOJS(ojsDeleted)
 	a.events.touch(q.Name)
+	a.event(segments.QueueEvent{Type: "queue.deleted", Queue: q.Name, Reason: "queen_delete", Count: int64(depth)})
 	return &DeleteQueueResult{Existed: true}
 }
 

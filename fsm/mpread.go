@@ -86,6 +86,15 @@ func (r *mpReader) uint() (uint64, error) {
 	return uint64(v), nil
 }
 
+// uint32 reads an unsigned integer that must fit 32 bits.
+func (r *mpReader) uint32() (uint32, error) {
+	v, err := r.uint()
+	if err != nil || v > 1<<32-1 {
+		return 0, r.fail("uint32")
+	}
+	return uint32(v), nil
+}
+
 func (r *mpReader) int() (int64, error) {
 	c, ok := r.byte1()
 	if !ok {

@@ -47,6 +47,23 @@ func ojsErr(status int, code, typ, format string, args ...any) *OJSResult {
 	return &OJSResult{Err: &OJSError{Status: status, Code: code, Type: typ, Message: fmt.Sprintf(format, args...)}}
 }
 
+// queueLimit refuses a queue's creation when the cluster holds max queues
+// already (ojs-queues.md 0.4; 0: no bound), implicit creations included.
+func (a *applier) queueLimit(max uint32) *OJSResult {
+	if max > 0 && a.tx.QueueCount() >= uint64(max) {
+		return ojsErr(http.StatusUnprocessableEntity, "validation_error", "queue_limit_reached",
+			"the cluster already has %d queues, the limit", max)
+	}
+	return nil
+}
+
+// fieldErr is ojsErr naming the field at fault (details.field).
+func fieldErr(field string, status int, code, typ, format string, args ...any) *OJSResult {
+	r := ojsErr(status, code, typ, format, args...)
+	r.Err.Field = field
+	return r
+}
+
 func notFound(name string) *OJSResult {
 	return ojsErr(http.StatusNotFound, "not_found", "queue_not_found", "queue %s does not exist", name)
 }
@@ -135,7 +152,7 @@ func (a *applier) newQueue(name string, origin uint8, bind uint8, policy string)
 		}
 	case BindNamed:
 		if p := must1(a.tx.Policy(policy)); p == nil || policy == DefaultPolicyName {
-			return nil, ojsErr(http.StatusUnprocessableEntity, "validation_error", "unknown_policy",
+			return nil, fieldErr("policy", http.StatusUnprocessableEntity, "validation_error", "unknown_policy",
 				"policy %s does not exist", policy)
 		}
 		pol = policy
@@ -182,6 +199,7 @@ func applyConfigureSet(a *applier, c *ConfigureSet) any {
 	// single dead-letter switch cannot say every Queen value (a lease over
 	// 12 hours, retention off, the two dead-letter flags apart).
 	q.Named = c.Present & presentShared
+	q.ConfiguredAt = a.now
 	if q.OJS == nil && q.Base == nil && !a.tx.HasPolicies() {
 		q.Options = opts
 	} else {
@@ -199,9 +217,8 @@ func applyConfigureSet(a *applier, c *ConfigureSet) any {
 		a.store(q)
 	} else {
 		must(a.tx.PutQueue(q))
-		if q.OJS != nil {
-			a.event(segments.QueueEvent{Type: "queue.config_updated", Queue: q.Name, Reason: "configure"})
-		}
+		// Every queue shows in the OJS view, and its configuration moved.
+		a.event(segments.QueueEvent{Type: "queue.config_updated", Queue: q.Name, Reason: "configure"})
 	}
 	a.events.touch(q.Name)
 	return &ConfigureResult{Queue: *q}
@@ -216,9 +233,8 @@ func applyOJSCreateQueue(a *applier, c *OJSCreateQueue) any {
 		}
 		return conflict("queue_exists", q, "queue %s already exists; use PATCH to change it", c.Name)
 	}
-	if c.MaxQueues > 0 && a.tx.QueueCount() >= uint64(c.MaxQueues) {
-		return ojsErr(http.StatusUnprocessableEntity, "validation_error", "queue_limit_reached",
-			"the cluster already has %d queues, the limit", c.MaxQueues)
+	if er := a.queueLimit(c.MaxQueues); er != nil {
+		return er
 	}
 	q, er := a.newQueue(c.Name, segments.OriginOJS, c.Bind, c.Policy)
 	if er != nil {
@@ -299,10 +315,11 @@ func applyOJSUpdateQueue(a *applier, c *OJSUpdateQueue) any {
 		newPolicy = ""
 	case BindNamed:
 		if p := must1(a.tx.Policy(c.Policy)); p == nil || c.Policy == DefaultPolicyName {
-			return ojsErr(http.StatusUnprocessableEntity, "validation_error", "unknown_policy", "policy %s does not exist", c.Policy)
+			return fieldErr("policy", http.StatusUnprocessableEntity, "validation_error", "unknown_policy", "policy %s does not exist", c.Policy)
 		}
 		newPolicy = c.Policy
 	}
+	shownBefore := Overrides(q)
 	before := s.Overrides
 	var after QueueConfig
 	if !c.Replace {
@@ -324,6 +341,10 @@ func applyOJSUpdateQueue(a *applier, c *OJSUpdateQueue) any {
 	}
 	s.Overrides = after
 	q.Named = named
+	// The event lists what the overrides show changed, options a
+	// /configure named included.
+	shownAfter := Overrides(q)
+	fields = changedFields(&shownBefore, &shownAfter)
 	s.Policy = newPolicy
 	if stateChanged {
 		s.State = newState
@@ -362,6 +383,9 @@ func applyOJSSetState(a *applier, c *OJSSetState) any {
 	if q == nil {
 		if c.Strict && !c.EnsureOnly {
 			return notFound(c.Name)
+		}
+		if er := a.queueLimit(c.MaxQueues); er != nil {
+			return er
 		}
 		nq, er := a.newQueue(c.Name, segments.OriginOJS, BindAuto, "")
 		if er != nil {
@@ -612,7 +636,7 @@ func applyOJSDeleteQueue(a *applier, c *OJSDeleteQueue) any {
 	}
 	if c.Strategy == segments.DeleteMove {
 		if c.Target == c.Name {
-			return ojsErr(http.StatusUnprocessableEntity, "validation_error", "invalid_target", "target_queue must differ from the queue")
+			return fieldErr("target_queue", http.StatusUnprocessableEntity, "validation_error", "invalid_target", "target_queue must differ from the queue")
 		}
 		t := must1(a.tx.Queue(c.Target))
 		if t == nil {
@@ -620,8 +644,11 @@ func applyOJSDeleteQueue(a *applier, c *OJSDeleteQueue) any {
 				return ojsErr(http.StatusNotFound, "not_found", "queue_not_found",
 					"target queue %s does not exist (strict mode creates no queue implicitly)", c.Target)
 			}
-			// The move would create the target: check the capacity it would
-			// have (its policy layers) before any change.
+			// The move would create the target: check the queue limit and the
+			// capacity it would have (its policy layers) before any change.
+			if er := a.queueLimit(c.MaxQueues); er != nil {
+				return er
+			}
 			nq, er := a.newQueue(c.Target, segments.OriginOJS, BindAuto, "")
 			if er != nil {
 				return er
@@ -973,7 +1000,11 @@ func applyOJSPutPolicy(a *applier, c *OJSPutPolicy) any {
 	}
 	mergeConfig(&p.Config, &c.Set)
 	configChanged := !bytes.Equal(before, configBytes(&p.Config))
-	if !created && !configChanged && beforeMeta == fmt.Sprintf("%s/%d", p.Match, p.Priority) {
+	// An absent _default is the same as an empty one: writing an empty one
+	// is no change (ojs-queues.md 6.4: {} is a no-op, no event), and leaves
+	// plain queues without policy layers.
+	implicit := created && c.Name == DefaultPolicyName
+	if (!created || implicit) && !configChanged && beforeMeta == fmt.Sprintf("%s/%d", p.Match, p.Priority) {
 		return &OJSResult{Policy: p}
 	}
 	p.UpdatedAt = a.now

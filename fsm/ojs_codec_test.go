@@ -32,8 +32,8 @@ func ojsSampleCommands(opts segments.Options, push PushItem) map[Type]Command {
 			Principal: "worker-1"},
 		TypeOJSCreateQueue:  &OJSCreateQueue{Name: "payments", Paused: true, Bind: BindNamed, Policy: "p1", Config: ojsSampleConfig(), MaxQueues: 10},
 		TypeOJSUpdateQueue:  &OJSUpdateQueue{Name: "payments", Replace: true, Set: ojsSampleConfig(), Unset: FieldMaxDepth, State: ToDraining, Bind: BindNone},
-		TypeOJSSetState:     &OJSSetState{Name: "payments", Pause: true, Reason: "deploy", Strict: true},
-		TypeOJSDeleteQueue:  &OJSDeleteQueue{Name: "old", Strategy: segments.DeleteMove, Target: "new", Strict: true},
+		TypeOJSSetState:     &OJSSetState{Name: "payments", Pause: true, Reason: "deploy", Strict: true, MaxQueues: 7},
+		TypeOJSDeleteQueue:  &OJSDeleteQueue{Name: "old", Strategy: segments.DeleteMove, Target: "new", Strict: true, MaxQueues: 9},
 		TypeOJSPurgeQueue:   &OJSPurgeQueue{Name: "payments", States: PurgeBacklog | PurgeDiscarded},
 		TypeOJSPutPolicy:    &OJSPutPolicy{Name: "p1", Mode: PolicyPatch, Match: "batch.*", HasMatch: true, Priority: -3, HasPriority: true, Set: ojsSampleConfig(), Unset: FieldConsumers},
 		TypeOJSDeletePolicy: &OJSDeletePolicy{Name: "p1"},
@@ -43,25 +43,51 @@ func ojsSampleCommands(opts segments.Options, push PushItem) map[Type]Command {
 	}
 }
 
-// TestOJSDeleteQueueDecodesOlderEntries checks that an OJSDeleteQueue
-// written before the Strict field was appended still decodes (Strict false).
-func TestOJSDeleteQueueDecodesOlderEntries(t *testing.T) {
-	type oldDelete struct {
+// TestOJSCommandsDecodeOlderEntries checks that entries written before a
+// field was appended still decode, the new fields zero: OJSDeleteQueue
+// before Strict and before MaxQueues, OJSSetState before MaxQueues.
+func TestOJSCommandsDecodeOlderEntries(t *testing.T) {
+	type delete3 struct {
 		_msgpack struct{} `msgpack:",as_array"`
 		Name     string
 		Strategy uint8
 		Target   string
 	}
-	b, err := msgpack.Marshal(&oldDelete{Name: "old", Strategy: segments.DeleteMove, Target: "new"})
-	if err != nil {
-		t.Fatal(err)
+	type delete4 struct {
+		_msgpack struct{} `msgpack:",as_array"`
+		Name     string
+		Strategy uint8
+		Target   string
+		Strict   bool
 	}
-	var got OJSDeleteQueue
-	if err := msgpack.Unmarshal(b, &got); err != nil {
-		t.Fatal(err)
+	type setState5 struct {
+		_msgpack   struct{} `msgpack:",as_array"`
+		Name       string
+		Pause      bool
+		Reason     string
+		Strict     bool
+		EnsureOnly bool
 	}
-	want := OJSDeleteQueue{Name: "old", Strategy: segments.DeleteMove, Target: "new"}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("decoded %+v, want %+v", got, want)
+	for _, tc := range []struct {
+		old       any
+		got, want any
+	}{
+		{&delete3{Name: "old", Strategy: segments.DeleteMove, Target: "new"}, &OJSDeleteQueue{},
+			&OJSDeleteQueue{Name: "old", Strategy: segments.DeleteMove, Target: "new"}},
+		{&delete4{Name: "old", Strategy: segments.DeleteMove, Target: "new", Strict: true}, &OJSDeleteQueue{},
+			&OJSDeleteQueue{Name: "old", Strategy: segments.DeleteMove, Target: "new", Strict: true}},
+		{&setState5{Name: "q", Pause: true, Reason: "r", EnsureOnly: true}, &OJSSetState{},
+			&OJSSetState{Name: "q", Pause: true, Reason: "r", EnsureOnly: true}},
+	} {
+		b, err := msgpack.Marshal(tc.old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := msgpack.Unmarshal(b, tc.got); err != nil {
+			t.Fatalf("%T: %v", tc.old, err)
+		}
+		if !reflect.DeepEqual(tc.got, tc.want) {
+			t.Fatalf("%T decoded %+v, want %+v", tc.old, tc.got, tc.want)
+		}
 	}
 }

@@ -108,6 +108,9 @@ type OJSSetState struct {
 	// otherwise changes nothing: the leader uses it to make sure the OJS
 	// queue "default" exists without undoing an operator's pause.
 	EnsureOnly bool
+	// MaxQueues bounds an implicit creation as OJSCreateQueue's does (0: no
+	// bound). Last, so older entries still decode.
+	MaxQueues uint32
 }
 
 // OJSDeleteQueue deletes a queue with a strategy.
@@ -117,8 +120,10 @@ type OJSDeleteQueue struct {
 	Strategy uint8
 	Target   string
 	// Strict (--ojs-strict-queues): a move to an unknown target is refused
-	// (404) instead of creating it. Last, so older entries still decode.
-	Strict bool
+	// (404) instead of creating it. MaxQueues bounds a move's creation of
+	// its target (0: no bound). Appended, so older entries still decode.
+	Strict    bool
+	MaxQueues uint32
 }
 
 // Purge selections.
@@ -356,14 +361,14 @@ func (c *PushAs) decodeFrom(r *mpReader) error {
 // DecodeMsgpack implements msgpack.CustomDecoder.
 func (c *PushAs) DecodeMsgpack(dec *msgpack.Decoder) error { return decodeVia(dec, c.decodeFrom) }
 
-// ---- OJSDeleteQueue codec: [name, strategy, target] or, since Strict was
-// appended, [name, strategy, target, strict]. msgpack's reflective decoder
-// refuses an array-encoded struct whose length differs from the fields', so
-// this one reads both lengths: entries written before Strict still decode.
+// ---- OJSDeleteQueue codec: [name, strategy, target], then strict and
+// max_queues as they were appended. msgpack's reflective decoder refuses an
+// array-encoded struct whose length differs from the fields', so this one
+// reads every length: entries written before an appended field still decode.
 
 func (c *OJSDeleteQueue) decodeFrom(r *mpReader) error {
 	n, err := r.arrayLen()
-	if err != nil || (n != 3 && n != 4) {
+	if err != nil || n < 3 || n > 5 {
 		return r.fail("ojs_delete_queue")
 	}
 	*c = OJSDeleteQueue{}
@@ -378,8 +383,13 @@ func (c *OJSDeleteQueue) decodeFrom(r *mpReader) error {
 	if c.Target, err = r.str(); err != nil {
 		return err
 	}
-	if n == 4 {
+	if n >= 4 {
 		if c.Strict, err = r.bool(); err != nil {
+			return err
+		}
+	}
+	if n == 5 {
+		if c.MaxQueues, err = r.uint32(); err != nil {
 			return err
 		}
 	}
@@ -390,3 +400,38 @@ func (c *OJSDeleteQueue) decodeFrom(r *mpReader) error {
 func (c *OJSDeleteQueue) DecodeMsgpack(dec *msgpack.Decoder) error {
 	return decodeVia(dec, c.decodeFrom)
 }
+
+// ---- OJSSetState codec: [name, pause, reason, strict, ensure_only] and,
+// since MaxQueues was appended, [..., max_queues]; both lengths decode.
+
+func (c *OJSSetState) decodeFrom(r *mpReader) error {
+	n, err := r.arrayLen()
+	if err != nil || (n != 5 && n != 6) {
+		return r.fail("ojs_set_state")
+	}
+	*c = OJSSetState{}
+	if c.Name, err = r.str(); err != nil {
+		return err
+	}
+	if c.Pause, err = r.bool(); err != nil {
+		return err
+	}
+	if c.Reason, err = r.str(); err != nil {
+		return err
+	}
+	if c.Strict, err = r.bool(); err != nil {
+		return err
+	}
+	if c.EnsureOnly, err = r.bool(); err != nil {
+		return err
+	}
+	if n == 6 {
+		if c.MaxQueues, err = r.uint32(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DecodeMsgpack implements msgpack.CustomDecoder.
+func (c *OJSSetState) DecodeMsgpack(dec *msgpack.Decoder) error { return decodeVia(dec, c.decodeFrom) }

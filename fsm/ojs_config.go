@@ -562,7 +562,7 @@ func effective(tx *segments.Tx, q *segments.Queue) EffectiveConfig {
 	} else if q.Origin == segments.OriginOJS {
 		e.DLQMaxAge, e.DLQMaxCount = OJSDLQMaxAge, OJSDLQMaxCount
 	}
-	if d := firstDur(ls, func(c *QueueConfig) *Duration { return c.CompletedTTL }); d != nil {
+	if d := firstDur(ls, func(c *QueueConfig) *Duration { return c.CompletedTTL }); d != nil && q.Named&PresentRetention == 0 {
 		e.CompletedTTL = d.Text
 	} else if o.RetentionEnabled && o.CompletedRetentionSeconds > 0 {
 		e.CompletedTTL = FormatSeconds(o.CompletedRetentionSeconds)

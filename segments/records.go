@@ -67,6 +67,9 @@ type Queue struct {
 	// view that the last Queen /configure named: they sit in the top layer
 	// beside the OJS overrides, so no policy beats them. Omitted when zero.
 	Named uint32 `msgpack:"named,omitempty"`
+	// ConfiguredAt is when a Queen /configure last changed the queue (unix
+	// µs; 0 if never): the OJS view's updated_at moves with it.
+	ConfiguredAt int64 `msgpack:"configured,omitempty"`
 }
 
 // Partition is one ordered lane of a queue. Offsets start at 1; an offset

@@ -30,7 +30,7 @@ type Config struct {
 	NodeID string
 	// MaxBodyBytes bounds an admin request body (1 MiB).
 	MaxBodyBytes int64
-	// MaxQueues bounds explicit creation (10 000).
+	// MaxQueues bounds creation, explicit or implicit (10 000).
 	MaxQueues uint32
 	// Strict turns implicit creation by pause, resume and the target of a
 	// DELETE with strategy move off (404 instead).

@@ -147,7 +147,7 @@ func parsePolicy(m map[string]jsonRaw, patch bool, c *fsm.OJSPutPolicy) *Error {
 
 func policyProblems(m map[string]jsonRaw, patch bool, c *fsm.OJSPutPolicy) []problem {
 	var ps []problem
-	if raw, ok := m["match"]; ok && !(patch && isNull(raw)) {
+	if raw, ok := m["match"]; ok {
 		if s, ok := jsonString(raw); !ok {
 			ps = append(ps, shape("match", "invalid_type", "match must be a string"))
 		} else if len(s) > fsm.MaxOJSNameBytes {
@@ -161,7 +161,11 @@ func policyProblems(m map[string]jsonRaw, patch bool, c *fsm.OJSPutPolicy) []pro
 	} else if !patch {
 		ps = append(ps, shape("match", "missing_field", "match is required"))
 	}
-	if raw, ok := m["priority"]; ok && !isNull(raw) {
+	if raw, ok := m["priority"]; ok && isNull(raw) {
+		// null removes the setting (ojs-queues.md 6.10, merge patch): the
+		// default priority, 0.
+		c.Priority, c.HasPriority = 0, true
+	} else if ok {
 		if n, ok := jsonInteger(raw); !ok {
 			ps = append(ps, shape("priority", "invalid_type", "priority must be an integer"))
 		} else if n < -fsm.MaxPolicyPriority || n > fsm.MaxPolicyPriority {
@@ -393,7 +397,7 @@ func newCollector(state *fsm.FSM) *collector {
 			[]string{"queue"}, nil),
 		paused:  prometheus.NewDesc("ojs_queue_paused", "1 while the queue is paused.", []string{"queue"}, nil),
 		created: prometheus.NewDesc("ojs_queue_created_total", "Queues created (replicated count).", nil, nil),
-		deleted: prometheus.NewDesc("ojs_queue_deleted_total", "Queues deleted through the OJS API or a drain (replicated count).", nil, nil),
+		deleted: prometheus.NewDesc("ojs_queue_deleted_total", "Queues deleted through either API or a drain (replicated count).", nil, nil),
 	}
 }
 

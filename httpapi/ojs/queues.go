@@ -19,7 +19,7 @@ func QueueJSON(v *fsm.OJSQueueView) map[string]any {
 	var policy any
 	overrides := fsm.Overrides(q)
 	origin := "implicit"
-	updated := q.CreatedAt
+	updated := max(q.CreatedAt, q.ConfiguredAt)
 	if s := q.OJS; s != nil {
 		if s.Policy != "" {
 			policy = s.Policy
@@ -356,7 +356,7 @@ func (h *Handler) setState(w http.ResponseWriter, r *http.Request, name string, 
 		h.fail(w, e)
 		return
 	}
-	c := &fsm.OJSSetState{Name: name, Pause: pause, Strict: h.cfg.Strict}
+	c := &fsm.OJSSetState{Name: name, Pause: pause, Strict: h.cfg.Strict, MaxQueues: h.cfg.MaxQueues}
 	if m != nil {
 		if e := checkMembersOnly(m, "reason"); e != nil {
 			h.fail(w, e)
@@ -494,7 +494,7 @@ func (h *Handler) deleteQueue(w http.ResponseWriter, r *http.Request, a []string
 			*f.dst = s
 		}
 	}
-	c := &fsm.OJSDeleteQueue{Name: name, Strict: h.cfg.Strict}
+	c := &fsm.OJSDeleteQueue{Name: name, Strict: h.cfg.Strict, MaxQueues: h.cfg.MaxQueues}
 	switch strategy {
 	case "", "reject":
 		c.Strategy, strategy = segments.DeleteReject, "reject"
