@@ -171,8 +171,13 @@ func applyExpireLeases(a *applier, c *ExpireLeases) any {
 		if g == nil || g.LeaseID != lease || g.LeaseExpiry <= cutoff {
 			stale = append(stale, holder{lease, pid, group})
 		}
+		// Ids are time-ordered, so when the oldest Max*8 records hold
+		// nothing stale the newer ones most likely hold nothing either:
+		// More only when this batch found work, or a scan without
+		// progress would be proposed again at once, for as long as that
+		// many leases stay live.
 		if uint32(len(stale)) == c.Max || scanned == int(c.Max)*8 {
-			res.More = true
+			res.More = len(stale) > 0
 			return false, nil
 		}
 		return true, nil

@@ -172,6 +172,16 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 				s.waiters.remove(wt)
 				return
 			}
+			if askLeader {
+				// The leader had nothing for it, and this node looked before
+				// it caught up with the leader (a lease it had not applied,
+				// say): look again once it has, so that the park below
+				// waits for the right timer.
+				_ = s.localRead(ctx)
+				if again, err := s.state.CheckPopAs(c, principalOf(r), time.Now().UnixMicro(), false); err == nil {
+					check = again
+				}
+			}
 		}
 		now := time.Now()
 		// check.Maintenance here: the leader delivered nothing either, so
@@ -179,6 +189,11 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 		if !p.wait || !now.Before(deadline) || s.draining() || check.Maintenance {
 			s.waiters.remove(wt)
 			s.metrics.popEmpty.Inc()
+			if w.Header().Get(headerIndex) == "" && s.cluster.IsLeader() {
+				// The state this answer was read from, for a follower that
+				// relays it (forwardPop) to catch up with.
+				w.Header().Set(headerIndex, strconv.FormatUint(s.state.AppliedIndex(), 10))
+			}
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}

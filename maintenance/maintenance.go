@@ -249,8 +249,8 @@ func (r *Runner) sweepLeases(ctx context.Context) {
 		er := res.(*fsm.ExpireLeasesResult)
 		r.m.sweeps.WithLabelValues("leases").Inc()
 		r.m.leases.Add(float64(er.Cleared))
-		if !er.More {
-			return
+		if !er.More || er.Cleared == 0 {
+			return // done, or no progress: the next tick looks again
 		}
 	}
 }
