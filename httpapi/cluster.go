@@ -174,7 +174,20 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 // DELETE /api/v1/cluster/members/{id}
 func (s *Server) handleClusterRemove(w http.ResponseWriter, r *http.Request) {
 	id := pathVar(r, "id")
-	if !s.onLeader(w, r, nil, func() error { return s.cluster.RemoveServer(id, 10*time.Second) }) {
+	remove := func() error {
+		if id == s.cfg.NodeID {
+			// A leader that removes itself stops its Raft once the change
+			// commits, before it could commit the registry's: it hands
+			// leadership over first, and the new leader (onLeader relays
+			// there) removes it as a follower.
+			if err := s.cluster.TransferLeadership(""); err != nil {
+				return err
+			}
+			return raftnode.ErrNotLeader
+		}
+		return s.cluster.RemoveServer(id, 10*time.Second)
+	}
+	if !s.onLeader(w, r, nil, remove) {
 		return
 	}
 	if _, ok := s.commit(w, r, nil, &fsm.RemoveNode{ID: id}); !ok {

@@ -441,9 +441,28 @@ func (n *Node) AddVoter(id, addr string, timeout time.Duration) error {
 	return n.leaderOp(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout))
 }
 
-// RemoveServer removes a member. Leader only.
+// RemoveServer removes a member. Leader only. An id that is not a member
+// is ErrNoMember (Raft itself would commit a configuration change removing
+// nothing, and the caller would report a removal that did not happen).
 func (n *Node) RemoveServer(id string, timeout time.Duration) error {
+	if err := n.checkMember(id); err != nil {
+		return err
+	}
 	return n.leaderOp(n.raft.RemoveServer(raft.ServerID(id), 0, timeout))
+}
+
+// checkMember returns ErrNoMember unless id is in the configuration.
+func (n *Node) checkMember(id string) error {
+	members, err := n.Members()
+	if err != nil {
+		return err
+	}
+	for _, m := range members {
+		if m.ID == id {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %q", ErrNoMember, id)
 }
 
 // TransferLeadership hands leadership to id, or to the most up-to-date
