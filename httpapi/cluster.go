@@ -90,20 +90,43 @@ func (s *Server) parseMember(w http.ResponseWriter, r *http.Request, needRaft bo
 		writeError(w, aerr)
 		return nil, nil, false
 	}
-	var m memberRequest
-	if err := jsonUnmarshal(body, &m); err != nil {
-		writeError(w, badRequest(codeInvalidJSON, "", "Invalid JSON: %v", err))
+	m, aerr := decodeMember(body, needRaft)
+	if aerr != nil {
+		writeError(w, aerr)
 		return nil, nil, false
+	}
+	return body, m, true
+}
+
+// decodeMember reads a member request, checking everything the registry
+// write would before any membership change is made (a refusal changes
+// nothing).
+func decodeMember(body []byte, needRaft bool) (*memberRequest, *apiError) {
+	obj, aerr := decodeObject(body, "")
+	if aerr != nil {
+		return nil, aerr
+	}
+	var m memberRequest
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{{"id", &m.ID}, {"raft_addr", &m.RaftAddr}, {"http_addr", &m.HTTPAddr}} {
+		v, _, aerr := optString(obj[f.name], f.name, f.name+" must be a string")
+		if aerr == nil {
+			aerr = checkName(f.name, v)
+		}
+		if aerr != nil {
+			return nil, aerr
+		}
+		*f.dst = v
 	}
 	if m.ID == "" {
-		writeError(w, badRequest(codeMissingField, "id", "id is required"))
-		return nil, nil, false
+		return nil, badRequest(codeMissingField, "id", "id is required")
 	}
 	if needRaft && m.RaftAddr == "" {
-		writeError(w, badRequest(codeMissingField, "raft_addr", "raft_addr is required"))
-		return nil, nil, false
+		return nil, badRequest(codeMissingField, "raft_addr", "raft_addr is required")
 	}
-	return body, &m, true
+	return &m, nil
 }
 
 // onLeader runs a leader-only operation here, or forwards the request.
@@ -204,18 +227,20 @@ func (s *Server) handleClusterTransfer(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	var req struct {
-		ID string `json:"id"`
+	obj, aerr := decodeObject(body, "")
+	var target string
+	if aerr == nil {
+		target, _, aerr = optString(obj["id"], "id", "id must be a string")
 	}
-	if err := jsonUnmarshal(body, &req); err != nil {
-		writeError(w, badRequest(codeInvalidJSON, "", "Invalid JSON: %v", err))
+	if aerr != nil {
+		writeError(w, aerr)
 		return
 	}
 	from := s.cfg.NodeID
-	if !s.onLeader(w, r, body, func() error { return s.cluster.TransferLeadership(req.ID) }) {
+	if !s.onLeader(w, r, body, func() error { return s.cluster.TransferLeadership(target) }) {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "from": from, "to": req.ID})
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "from": from, "to": target})
 }
 
 // GET /api/v1/cluster/members

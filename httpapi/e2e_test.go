@@ -195,7 +195,7 @@ func TestHTTPPushNonStringQueueWritesNothing(t *testing.T) {
 	}
 	for body, want := range map[string][3]string{
 		`{}`:           {"missing_field", "items", "items array is required"},
-		`{"items":{}}`: {"missing_field", "items", "items array is required"},
+		`{"items":{}}`: {"invalid_field", "items", "items array is required"},
 		`{"items":[{"queue":"fresh","partition":7}]}`:     {"invalid_field", "items[0].partition", "Partition must be a string"},
 		`{"items":[{"queue":"fresh","transactionId":7}]}`: {"invalid_field", "items[0].transactionId", "TransactionId must be a string"},
 		`{"items":[{"queue":"fresh","traceId":7}]}`:       {"invalid_field", "items[0].traceId", "TraceId must be a string"},
@@ -392,7 +392,7 @@ func TestHTTPConfigureErrorsWriteNothing(t *testing.T) {
 		`{"queue":"cq","retryLimit":-1}`:                        {"invalid_field", "retryLimit", "retryLimit must not be negative, got -1"},
 		`{"queue":"cq","options":{"retentionEnabled":"maybe"}}`: {"invalid_field", "options.retentionEnabled", "retentionEnabled must be a boolean"},
 		`{"options":{"leaseTime":1}}`:                           {"missing_field", "queue", "queue is required"},
-		`{"queue":7}`:                                           {"missing_field", "queue", "queue is required"},
+		`{"queue":7}`:                                           {"invalid_field", "queue", "queue is required"},
 	} {
 		wantError(t, s.post("/api/v1/configure", body), http.StatusBadRequest, want[0], want[1], want[2])
 	}

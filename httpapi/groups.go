@@ -269,8 +269,13 @@ func parseSeek(body []byte) (*fsm.Seek, *apiError) {
 
 // POST /api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek
 func (s *Server) handleSeekPartition(w http.ResponseWriter, r *http.Request) {
-	// The body is ignored (Queen's clients send {}), but a follower relays it.
+	// The body carries nothing (Queen's clients send {}), but must be a JSON
+	// object when present (nothing is written on a refusal), and a
+	// follower relays it.
 	body, aerr := s.readOptionalBody(r)
+	if aerr == nil {
+		_, aerr = decodeOptionalObject(body)
+	}
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -298,7 +303,16 @@ func (s *Server) handleSeekPartition(w http.ResponseWriter, r *http.Request) {
 }
 
 // POST /api/v1/stats/refresh: statistics are computed from the state on
-// every read, so there is nothing to recompute.
-func (s *Server) handleStatsRefresh(w http.ResponseWriter, _ *http.Request) {
+// every read, so there is nothing to recompute; a body, when sent, must
+// still be a JSON object.
+func (s *Server) handleStatsRefresh(w http.ResponseWriter, r *http.Request) {
+	body, aerr := s.readOptionalBody(r)
+	if aerr == nil {
+		_, aerr = decodeOptionalObject(body)
+	}
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"success": true})
 }

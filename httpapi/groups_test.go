@@ -337,7 +337,7 @@ func TestHTTPGroupsSeekPartition(t *testing.T) {
 	for _, path := range []string{"/api/v1/consumer-groups/g/queues/orders/partitions/nope/seek",
 		"/api/v1/consumer-groups/g/queues/nope/partitions/customer-42/seek"} {
 		r := s.post(path, obj{})
-		if r.Status != http.StatusNotFound || strings.TrimSpace(string(r.Raw)) != `{"error":"Partition not found","success":false}` {
+		if r.Status != http.StatusNotFound || strings.TrimSpace(string(r.Raw)) != `{"code":"not_found","error":"Partition not found","success":false}` {
 			t.Errorf("%s: %d %s", path, r.Status, r.Raw)
 		}
 	}

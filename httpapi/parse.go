@@ -130,6 +130,16 @@ func nameOr(s, def string) string {
 
 func isNull(raw json.RawMessage) bool { return jsonscan.IsNull(raw) }
 
+// absentOr is the code of a refused member (the README's error codes):
+// missing_field when it is absent or null, invalid_field when it is there
+// with the wrong type.
+func absentOr(raw json.RawMessage) string {
+	if len(raw) == 0 || isNull(raw) {
+		return codeMissingField
+	}
+	return codeInvalidField
+}
+
 // jsonString decodes a raw JSON string (already validated by the scanner);
 // ok is false for any other type.
 func jsonString(raw json.RawMessage) (string, bool) { return jsonscan.Unquote(raw) }
@@ -223,7 +233,7 @@ func (r *rawPushItem) valid(lim Limits) bool {
 // "data" for "payload" (the transaction's flat form).
 func parsePushItems(raw json.RawMessage, field string, lim Limits, allowData bool) ([]fsm.PushItem, *apiError) {
 	if len(raw) == 0 || raw[0] != '[' {
-		return nil, badRequest(codeMissingField, field, "items array is required")
+		return nil, badRequest(absentOr(raw), field, "items array is required")
 	}
 	out := make([]fsm.PushItem, 0, 16)
 	var aerr *apiError
@@ -266,7 +276,7 @@ func parsePushItem(raw json.RawMessage, field string, i int, lim Limits, allowDa
 func (r *rawPushItem) into(where string, lim Limits, allowData bool, out *fsm.PushItem) *apiError {
 	q, ok := jsonString(r.Queue)
 	if !ok {
-		return badRequest(codeInvalidField, where+".queue", "Queue must be a string")
+		return badRequest(absentOr(r.Queue), where+".queue", "Queue must be a string")
 	}
 	part, present, err := optString(r.Partition, where+".partition", "Partition must be a string")
 	if err != nil {
@@ -365,7 +375,7 @@ func parseConfigure(body []byte) (*fsm.Configure, *apiError) {
 	}
 	q, ok := jsonString(m["queue"])
 	if !ok {
-		return nil, badRequest(codeMissingField, "queue", "queue is required")
+		return nil, badRequest(absentOr(m["queue"]), "queue", "queue is required")
 	}
 	if err := checkName("queue", q); err != nil {
 		return nil, err
@@ -489,11 +499,11 @@ func (r *rawAck) item(where, txMsg, partMsg string) (fsm.AckItem, *apiError) {
 	var it fsm.AckItem
 	tx, ok := jsonString(r.TransactionID)
 	if !ok {
-		return it, badRequest(codeMissingField, where+"transactionId", "%s", txMsg)
+		return it, badRequest(absentOr(r.TransactionID), where+"transactionId", "%s", txMsg)
 	}
 	part, ok := jsonscan.UnquoteBytes(r.PartitionID)
 	if !ok {
-		return it, badRequest(codeMissingField, where+"partitionId", "%s", partMsg)
+		return it, badRequest(absentOr(r.PartitionID), where+"partitionId", "%s", partMsg)
 	}
 	if len(tx) > fsm.MaxNameBytes {
 		return it, checkName(where+"transactionId", tx)
@@ -580,7 +590,7 @@ func parseAckBatch(body []byte, lim Limits) (*fsm.Ack, *apiError) {
 	}
 	raw := m["acknowledgments"]
 	if len(raw) == 0 || raw[0] != '[' {
-		return nil, badRequest(codeMissingField, "acknowledgments", "acknowledgments array is required")
+		return nil, badRequest(absentOr(raw), "acknowledgments", "acknowledgments array is required")
 	}
 	g, err := groupOf(m["consumerGroup"], "consumerGroup")
 	if err != nil {
@@ -634,7 +644,7 @@ func parseTransaction(body []byte, lim Limits) (*fsm.Transaction, *apiError) {
 	}
 	raw := m["operations"]
 	if len(raw) == 0 || raw[0] != '[' {
-		return nil, badRequest(codeMissingField, "operations", "operations array required")
+		return nil, badRequest(absentOr(raw), "operations", "operations array required")
 	}
 	var ops []json.RawMessage
 	if err := json.Unmarshal(raw, &ops); err != nil {

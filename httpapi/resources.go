@@ -88,15 +88,15 @@ func (s *Server) handleGetQueue(w http.ResponseWriter, r *http.Request) {
 
 // DELETE /api/v1/resources/queues/{queue}
 func (s *Server) handleDeleteQueue(w http.ResponseWriter, r *http.Request) {
+	name := pathVar(r, "queue")
+	if aerr := checkPathNames("queue", name); aerr != nil {
+		writeError(w, aerr) // queen-api.md 1.2: refused, nothing written
+		return
+	}
 	if s.forwardEarly(w, r, nil) {
 		return
 	}
-	name := pathVar(r, "queue")
 	c := &fsm.DeleteQueue{Queue: name}
-	if err := c.Validate(); err != nil {
-		writeJSON(w, http.StatusOK, map[string]any{"deleted": true, "queue": name, "existed": false})
-		return
-	}
 	res, ok := s.commit(w, r, nil, c)
 	if !ok {
 		return
@@ -121,11 +121,18 @@ func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request) {
 	if query.Limit < 0 {
 		query.Limit = 100
 	}
-	if t, ok := parseTime(q.Get("from")); ok {
-		query.From = t.UnixMicro()
-	}
-	if t, ok := parseTime(q.Get("to")); ok {
-		query.To = t.UnixMicro()
+	for _, b := range []struct {
+		name string
+		dst  *int64
+	}{{"from", &query.From}, {"to", &query.To}} {
+		t, ok, aerr := queryTime(q, b.name)
+		if aerr != nil {
+			writeError(w, aerr) // a filter the broker cannot honour (3.13 MUST) is refused
+			return
+		}
+		if ok {
+			*b.dst = t.UnixMicro()
+		}
 	}
 	entries, total, err := s.state.DeadLetters(query)
 	if err != nil {
