@@ -32,6 +32,7 @@ func (s *Server) handleStreamQueries(w http.ResponseWriter, r *http.Request) {
 	if rr.Conflict != "" {
 		writeJSON(w, http.StatusConflict, map[string]any{
 			"success": false, "query_id": formatUUID(rr.QueryID), "name": rr.Name, "error": rr.Conflict,
+			"code": "conflict",
 		})
 		return
 	}

@@ -111,8 +111,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		fmt.Fprintf(stderr, `crownd %s: a Raft-replicated message broker speaking the Queen MQ HTTP API.
 
 Usage:
-  crownd [flags]            run a node
-  crownd healthcheck [URL]  exit 0 when the node at URL (default http://127.0.0.1:6632) is healthy
+  crownd [flags]                          run a node
+  crownd healthcheck [--timeout 3s] [URL]  exit 0 when the node at URL (default http://127.0.0.1:6632) is healthy
 
 Every flag can also be set by an environment variable: --node-id is CROWN_NODE_ID,
 --raft-addr is CROWN_RAFT_ADDR, and so on. A flag on the command line wins.
