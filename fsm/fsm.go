@@ -78,11 +78,12 @@ const (
 	markerFile = "fsm.state"
 )
 
-// marker records whether the state database was closed cleanly and under
-// which boot it was last opened without fsync.
+// marker records whether the state database was closed cleanly, under
+// which boot it was last opened, and whether that session fsynced it.
 type marker struct {
 	BootID string `json:"boot_id"`
 	Clean  bool   `json:"clean"`
+	Synced bool   `json:"synced,omitempty"`
 }
 
 // Open opens (or creates) the state machine in cfg.Dir.
@@ -97,15 +98,17 @@ func Open(cfg Config) (*FSM, error) {
 	if err := f.checkCrash(); err != nil {
 		return nil, err
 	}
+	// Unclean before the store opens: opening may write (a schema
+	// migration rewrites much of the file without fsync), and a machine
+	// crash during it must not leave a marker saying the file is whole.
+	if err := f.writeMarker(false); err != nil {
+		return nil, err
+	}
 	st, err := segments.Open(f.dbPath(), f.storeOptions())
 	if err != nil {
 		return nil, err
 	}
 	f.store = st
-	if err := f.writeMarker(false); err != nil {
-		st.Close()
-		return nil, err
-	}
 	if err := st.View(func(tx *segments.Tx) error {
 		f.applied.Store(tx.Applied())
 		return nil
@@ -128,9 +131,12 @@ func (f *FSM) storeOptions() segments.StoreOptions {
 // fsync whose last session ended in a machine crash (the boot id changed and
 // no clean close was recorded). Raft rebuilds it from the latest snapshot and
 // the log. A process crash (SIGKILL) leaves the page cache intact, so the
-// file is kept and Raft replays from its recorded applied index.
+// file is kept and Raft replays from its recorded applied index. What counts
+// is whether the last session synced (the marker says), not whether this
+// one will: turning --fsm-sync on after a power loss must not keep a file
+// written without it.
 func (f *FSM) checkCrash() error {
-	if f.cfg.Sync || f.cfg.BootID == "" {
+	if f.cfg.BootID == "" {
 		return nil
 	}
 	b, err := os.ReadFile(filepath.Join(f.cfg.Dir, markerFile))
@@ -145,7 +151,7 @@ func (f *FSM) checkCrash() error {
 		f.log.Warn("state marker unreadable; discarding state database", "error", err)
 		return f.discard()
 	}
-	if !m.Clean && m.BootID != f.cfg.BootID {
+	if !m.Clean && m.BootID != f.cfg.BootID && !m.Synced {
 		f.log.Warn("machine restarted while the state database was open without fsync; discarding it to rebuild from snapshot and log",
 			"previous_boot", m.BootID, "boot", f.cfg.BootID)
 		return f.discard()
@@ -161,7 +167,7 @@ func (f *FSM) discard() error {
 }
 
 func (f *FSM) writeMarker(clean bool) error {
-	b, _ := json.Marshal(marker{BootID: f.cfg.BootID, Clean: clean})
+	b, _ := json.Marshal(marker{BootID: f.cfg.BootID, Clean: clean, Synced: f.cfg.Sync})
 	p := filepath.Join(f.cfg.Dir, markerFile)
 	if err := writeFileSync(p+".tmp", b); err != nil {
 		return fmt.Errorf("write state marker: %w", err)

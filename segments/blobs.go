@@ -302,6 +302,11 @@ func (s *blobSet) close() error {
 		}
 	}
 	s.files = nil
+	// And their names: files created or removed by rollovers while open were
+	// not made durable in the directory either.
+	if derr := SyncDir(s.dir); derr != nil && err == nil {
+		err = fmt.Errorf("sync blob directory: %w", derr)
+	}
 	return err
 }
 
