@@ -93,12 +93,24 @@ func TestExtendLeaseNotFound(t *testing.T) {
 			t.Fatalf("after release by status %d: %+v", st, er)
 		}
 	}
-	// A lease superseded by a new pop after it expired is gone too.
+	// A lease superseded by a new pop after it expired is still an expired
+	// lease (queen-api.md 4.14), not an unknown one, until the lease sweep
+	// drops it after the same grace as a lease that expired in place.
 	r = m.mustPop(Lease{Queue: "q", Batch: 1})
 	m.advance(time.Minute)
 	m.mustPop(Lease{Queue: "q", Batch: 1})
-	if er := m.extend(r.LeaseID, 60); er.Success || er.Error != ErrLeaseNotFound {
+	if er := m.extend(r.LeaseID, 60); er.Success || er.Error != ErrLeaseExpired {
 		t.Fatalf("after re-lease: %+v", er)
+	}
+	grace := (5 * time.Minute).Microseconds()
+	m.apply(&ExpireLeases{Grace: grace, Max: 100})
+	if er := m.extend(r.LeaseID, 60); er.Error != ErrLeaseExpired {
+		t.Fatalf("after a sweep inside the grace: %+v", er)
+	}
+	m.advance(5 * time.Minute)
+	m.apply(&ExpireLeases{Grace: grace, Max: 100})
+	if er := m.extend(r.LeaseID, 60); er.Success || er.Error != ErrLeaseNotFound {
+		t.Fatalf("after a sweep past the grace: %+v", er)
 	}
 	// autoAck pops hand out no lease.
 	if er := m.extend([16]byte{}, 60); er.Success {

@@ -16,8 +16,12 @@ func checkInvariants(tx *segments.Tx) error {
 		group string
 	}
 	indexed := map[holder]bool{}
-	if err := tx.ForEachLease(func(lease [16]byte, pid uint64, group string) (bool, error) {
-		indexed[holder{lease, pid, group}] = true
+	if err := tx.ForEachLease(func(lease [16]byte, pid uint64, group string, superseded int64) (bool, error) {
+		// A superseded lease is remembered for extensions only; no group
+		// holds it.
+		if superseded == 0 {
+			indexed[holder{lease, pid, group}] = true
+		}
 		return true, nil
 	}); err != nil {
 		return err

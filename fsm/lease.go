@@ -273,7 +273,10 @@ func (a *applier) tryClaim(p *popState, q *segments.Queue, part *segments.Partit
 	if g == nil {
 		g = &segments.Group{Next: start}
 	} else if g.HasLease() {
-		must(a.tx.UnindexLease(g.LeaseID, part.ID, c.Group))
+		// The lease expired (a live one would have kept the partition):
+		// an extension of it must still say so (queen-api.md 4.14,
+		// "Lease already expired"), so it stays indexed until the sweep.
+		must(a.tx.SupersedeLease(g.LeaseID, part.ID, c.Group, g.LeaseExpiry))
 	}
 	g.EndBatch()
 	if g.Next < start {

@@ -165,10 +165,14 @@ func applyExpireLeases(a *applier, c *ExpireLeases) any {
 	}
 	var stale []holder
 	scanned := 0
-	must(a.tx.ForEachLease(func(lease [16]byte, pid uint64, group string) (bool, error) {
+	must(a.tx.ForEachLease(func(lease [16]byte, pid uint64, group string, superseded int64) (bool, error) {
 		scanned++
 		g := must1(a.tx.Group(pid, group))
-		if g == nil || g.LeaseID != lease || g.LeaseExpiry <= cutoff {
+		// A lease another pop superseded is kept for the same grace as one
+		// that expired in place (SupersedeLease); any other entry whose
+		// holder no longer has it is stale at once.
+		gone := g == nil || (g.LeaseID != lease && (superseded == 0 || superseded <= cutoff))
+		if gone || (g.LeaseID == lease && g.LeaseExpiry <= cutoff) {
 			stale = append(stale, holder{lease, pid, group})
 		}
 		// Ids are time-ordered, so when the oldest Max*8 records hold

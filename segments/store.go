@@ -1252,6 +1252,13 @@ func (t *Tx) IndexLease(lease [16]byte, pid uint64, group string) error {
 	return t.put(bLeases, leaseKey(lease, pid, group), []byte{1})
 }
 
+// SupersedeLease keeps lease indexed after (pid, group) was leased again
+// once it had expired at expiry (unix µs): an extension of it still finds
+// it, expired rather than unknown, until a sweep drops it.
+func (t *Tx) SupersedeLease(lease [16]byte, pid uint64, group string, expiry int64) error {
+	return t.put(bLeases, leaseKey(lease, pid, group), be64(uint64(expiry)))
+}
+
 // UnindexLease forgets that (pid, group) holds lease.
 func (t *Tx) UnindexLease(lease [16]byte, pid uint64, group string) error {
 	return t.del(bLeases, leaseKey(lease, pid, group))
@@ -1268,16 +1275,21 @@ func (t *Tx) LeaseHolders(lease [16]byte) (pids []uint64, groups []string) {
 }
 
 // ForEachLease walks the lease index in lease-id order (oldest lease first:
-// ids are time-ordered).
-func (t *Tx) ForEachLease(fn func(lease [16]byte, pid uint64, group string) (bool, error)) error {
+// ids are time-ordered). superseded is the expiry of a lease kept by
+// SupersedeLease, 0 for one its holder still has.
+func (t *Tx) ForEachLease(fn func(lease [16]byte, pid uint64, group string, superseded int64) (bool, error)) error {
 	c := t.bucket(bLeases).Cursor()
-	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+	for k, v := c.First(); k != nil; k, v = c.Next() {
 		if len(k) < 24 {
 			return fmt.Errorf("lease index key of %d bytes: %w", len(k), ErrCorrupt)
 		}
 		var id [16]byte
 		copy(id[:], k)
-		if more, err := fn(id, u64(k[16:]), string(k[24:])); err != nil || !more {
+		var superseded int64
+		if len(v) == 8 {
+			superseded = int64(u64(v))
+		}
+		if more, err := fn(id, u64(k[16:]), string(k[24:]), superseded); err != nil || !more {
 			return err
 		}
 	}
