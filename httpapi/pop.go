@@ -124,12 +124,6 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 	// (queen-api.md 3.5). Later attempts, after a wake-up, use the local
 	// state as a hint: it has caught up with whatever woke it.
 	first := true
-	// A client's own relayed writes (a switch, a seek) are applied here
-	// before the local state is consulted, as for any read.
-	if aerr := s.localRead(ctx); aerr != nil {
-		writeError(w, aerr)
-		return
-	}
 	for {
 		var wt *waiter
 		if p.wait {
