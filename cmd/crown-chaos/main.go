@@ -123,6 +123,28 @@ func parse(fs *flag.FlagSet, args []string) int {
 	return -1
 }
 
+// noArgs refuses positional arguments to a command that takes none: a
+// stray word (`gen 7` for `gen --seed 7`) must not be silently ignored.
+// It returns -1 to continue, or an exit code.
+func noArgs(fs *flag.FlagSet, cmd string, stderr io.Writer) int {
+	if fs.NArg() == 0 {
+		return -1
+	}
+	fmt.Fprintf(stderr, "crown-chaos %s: unexpected argument %q (it takes flags only; see --help)\n", cmd, fs.Arg(0))
+	return exitUsage
+}
+
+// positiveDuration refuses a schedule length that is not positive: a bad
+// flag value, not a harness error. It returns -1 to continue, or an exit
+// code.
+func positiveDuration(cmd string, d time.Duration, stderr io.Writer) int {
+	if d > 0 {
+		return -1
+	}
+	fmt.Fprintf(stderr, "crown-chaos %s: --duration must be positive, got %s\n", cmd, d)
+	return exitUsage
+}
+
 // readHistoryArg reads the history named by the one argument of cmd; rc is
 // the exit status to return when that fails, -1 otherwise.
 func readHistoryArg(fs *flag.FlagSet, cmd string, stderr io.Writer) (ops []history.Op, rc int) {
@@ -150,16 +172,19 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	if rc >= 0 {
 		return rc
 	}
-	res := checker.Check(ops, checker.Options{RequireFinal: *requireFinal})
+	// The verdict is the report's: it also counts the failures the run
+	// recorded (a node that did not recover, the deletion check), which
+	// the checker does not judge.
+	rep := report.Build(ops, checker.Check(ops, checker.Options{RequireFinal: *requireFinal}))
 	if *jsonOut {
-		if err := report.WriteJSON(stdout, report.Build(ops, res)); err != nil {
+		if err := report.WriteJSON(stdout, rep); err != nil {
 			fmt.Fprintln(stderr, "crown-chaos check:", err)
 			return exitError
 		}
 	} else {
-		report.WriteText(stdout, report.Build(ops, res))
+		report.WriteText(stdout, rep)
 	}
-	if !res.OK {
+	if !rep.Passed {
 		return exitViolation
 	}
 	return exitOK
@@ -179,15 +204,14 @@ func cmdReport(args []string, stdout, stderr io.Writer) int {
 	if out == "" {
 		out = filepath.Dir(fs.Arg(0))
 	}
-	res := checker.Check(ops, checker.Options{RequireFinal: true})
-	rep := report.Build(ops, res)
+	rep := report.Build(ops, checker.Check(ops, checker.Options{RequireFinal: true}))
 	if err := report.WriteDir(out, rep); err != nil {
 		fmt.Fprintln(stderr, "crown-chaos report:", err)
 		return exitError
 	}
 	report.WriteText(stdout, rep)
 	fmt.Fprintf(stdout, "\nwrote %s\n", strings.Join(report.Files(out), ", "))
-	if !res.OK {
+	if !rep.Passed {
 		return exitViolation
 	}
 	return exitOK
@@ -199,6 +223,12 @@ func cmdGen(args []string, stdout, stderr io.Writer) int {
 	dur := fs.Duration("duration", 5*time.Minute, "length of the schedule")
 	docker := fs.Bool("docker", false, "only faults the docker backend supports")
 	if rc := parse(fs, args); rc >= 0 {
+		return rc
+	}
+	if rc := noArgs(fs, "gen", stderr); rc >= 0 {
+		return rc
+	}
+	if rc := positiveDuration("gen", *dur, stderr); rc >= 0 {
 		return rc
 	}
 	s, err := scenario.Random(*seed, scenario.RandomOptions{Duration: *dur, ProcessOnly: *docker})
@@ -251,6 +281,9 @@ func cmdCleanup(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("cleanup", "", "Removes what an interrupted netns run left behind: processes inside the crown-n1..3\n"+
 		"and crown-hub namespaces, the namespaces themselves and link crown-h0. Nothing else is touched.", stderr)
 	if rc := parse(fs, args); rc >= 0 {
+		return rc
+	}
+	if rc := noArgs(fs, "cleanup", stderr); rc >= 0 {
 		return rc
 	}
 	left := nemesis.Leftovers()

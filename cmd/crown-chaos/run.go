@@ -98,13 +98,17 @@ Needs root for the netns backend. Ctrl-C stops the run and cleans up.
 		return rc
 	}
 	o.scenarios = scen
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "crown-chaos run: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if rc := noArgs(fs, "run", stderr); rc >= 0 {
+		return rc
 	}
 	if (len(o.scenarios) == 0) == !o.random {
 		fmt.Fprintln(stderr, "crown-chaos run: give --scenario FILE... or --random (not both)")
 		return exitUsage
+	}
+	if o.random {
+		if rc := positiveDuration("run", o.duration, stderr); rc >= 0 {
+			return rc
+		}
 	}
 	if o.backend != "netns" && o.backend != "docker" {
 		fmt.Fprintf(stderr, "crown-chaos run: --backend must be netns or docker\n")
@@ -409,9 +413,9 @@ func (r *runner) run(ctx context.Context) (rc int) {
 		fmt.Fprintln(r.errw, "crown-chaos run: read history:", err)
 		return exitError
 	}
-	res := checker.Check(ops, checker.Options{RequireFinal: true})
-	rep := report.Build(ops, res)
-	rep.Failures = append(rep.Failures, r.failures...)
+	r.mu.Lock()
+	rep := buildReport(ops, r.failures)
+	r.mu.Unlock()
 	if err := report.WriteDir(o.reportDir, rep); err != nil {
 		fmt.Fprintln(r.errw, "crown-chaos run: report:", err)
 		return exitError
@@ -419,7 +423,7 @@ func (r *runner) run(ctx context.Context) (rc int) {
 	fmt.Fprintln(r.out)
 	report.WriteText(r.out, rep)
 	fmt.Fprintf(r.out, "\nreport: %s\n", strings.Join(report.Files(o.reportDir), ", "))
-	if res.OK && len(r.failures) == 0 {
+	if rep.Passed {
 		if !o.keepData {
 			_ = os.RemoveAll(dataDir)
 		}
@@ -429,6 +433,27 @@ func (r *runner) run(ctx context.Context) (rc int) {
 		fmt.Fprintf(r.out, "node data kept in %s, logs in %s\n", dataDir, logDir)
 	}
 	return exitViolation
+}
+
+// buildReport checks the history and reports it with the run's failures.
+// Each failure r.fail recorded is a note of the history, which report.Build
+// lists already; only one the history lacks (its write failed) is added, so
+// that every failure appears once and still fails the run.
+func buildReport(ops []history.Op, failures []string) *report.Report {
+	rep := report.Build(ops, checker.Check(ops, checker.Options{RequireFinal: true}))
+	listed := map[string]int{}
+	for _, f := range rep.Failures {
+		listed[f]++
+	}
+	for _, f := range failures {
+		if listed[f] > 0 {
+			listed[f]--
+			continue
+		}
+		rep.Failures = append(rep.Failures, f)
+		rep.Passed = false
+	}
+	return rep
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
@@ -688,21 +713,28 @@ func (r *runner) verifyDeletes(ctx context.Context) {
 	}
 }
 
+// withCounts joins converged digests with a second reading that added the
+// stored counts. When that reading is not converged, something committed
+// between the two (a timer): the counts are taken, the digests kept. A
+// count read that failed keeps its error beside its partial totals, so that
+// the checker does not take a partition the read missed for an empty one.
+func withCounts(digests, counts []history.NodeState) []history.NodeState {
+	if converged(counts) {
+		return counts
+	}
+	out := slices.Clone(digests)
+	for i := range out {
+		out[i].Totals, out[i].Error = counts[i].Totals, counts[i].Error
+	}
+	return out
+}
+
 func (r *runner) final(ctx context.Context, queues, parts []string) {
 	start := r.hist.Now()
 	st := r.awaitConvergence(ctx, 2*r.o.convergeWait)
 	ok := converged(st)
 	if ok {
-		withTotals := r.states(ctx, queues)
-		if converged(withTotals) {
-			st = withTotals
-		} else {
-			// Something committed between the two reads (a timer): take
-			// the totals, keep the converged digests.
-			for i := range st {
-				st[i].Totals = withTotals[i].Totals
-			}
-		}
+		st = withCounts(st, r.states(ctx, queues))
 	}
 	r.hist.Write(&history.Op{Kind: history.KindFinal, Start: start, End: r.hist.Now(), States: st, Passed: &ok, Label: "final"})
 	if ok {

@@ -8,6 +8,9 @@
 //   - m must exist once some push of it was answered ok (status queued or
 //     duplicate); a push whose outcome is unknown may or may not have
 //     stored it; a push that failed stored nothing.
+//   - A delivery is of m only when it carries the transaction id pushed as
+//     m; one with another id at m's place (another partition's, another
+//     run's) is unexpected and does not deliver m.
 //   - Every ok result and every delivery of m carries the same message id:
 //     two ids mean m was stored twice.
 //   - G's position on a partition only moves forward, and only through
@@ -30,8 +33,9 @@
 //   - After the final drain every message pushed ok was delivered to every
 //     group at least once; otherwise it is lost.
 //   - After healing every node reports the same applied index and digest,
-//     and the stored message count of each partition lies between the
-//     messages pushed ok and those pushed ok or with an unknown outcome.
+//     every node stores the same number of messages in each partition, and
+//     that number lies between the messages pushed ok and those pushed ok
+//     or with an unknown outcome.
 package checker
 
 import (
@@ -61,6 +65,7 @@ const (
 	KindPayload       = "payload-mismatch"             // Unexpected
 	KindDivergence    = "divergence"                   // Divergence
 	KindNotConverged  = "not-converged"                // Divergence
+	KindCountsDiffer  = "stored-count-differs"         // Divergence
 )
 
 var category = map[string]string{
@@ -68,7 +73,7 @@ var category = map[string]string{
 	KindDupDelivery: "duplicated", KindStoredTwice: "duplicated", KindStoredMore: "duplicated",
 	KindSkipped: "reordered", KindOutOfOrder: "reordered", KindNoCause: "reordered",
 	KindPhantom: "unexpected", KindFailedApplied: "unexpected", KindPayload: "unexpected",
-	KindDivergence: "divergence", KindNotConverged: "divergence",
+	KindDivergence: "divergence", KindNotConverged: "divergence", KindCountsDiffer: "divergence",
 }
 
 // Violation is one broken guarantee.
@@ -87,7 +92,12 @@ func (v Violation) String() string {
 	if v.Partition != "" {
 		where += "/" + v.Partition
 	}
-	if v.Kind != KindDivergence && v.Kind != KindNotConverged {
+	switch v.Kind {
+	case KindDivergence, KindNotConverged, KindStoredLess, KindStoredMore, KindCountsDiffer:
+		// about a node or a partition, not a message
+	case KindStoredTwice:
+		where += fmt.Sprintf(" seq %d", v.Seq)
+	default:
 		where += fmt.Sprintf(" group %s seq %d", GroupName(v.Group), v.Seq)
 	}
 	return fmt.Sprintf("%s: %s: %s (ops %v)", v.Kind, strings.TrimSpace(where), v.Detail, v.Ops)
@@ -263,13 +273,28 @@ type checker struct {
 	releases map[pgKey][][2]int64 // failed and retry acks that may have applied: [start, end]
 	lease    int64                // ns; 0: unknown (no meta), redelivery causes not checked
 	reached  map[pgKey]map[int64]bool
-	flagged  map[string]bool // one violation per (kind, message, group)
+	flagged  map[string]bool            // one violation per (kind, message, group)
+	seen     map[string]map[string]bool // queue -> groups that popped or acked it
+}
+
+// saw records that group g reads queue q.
+func (c *checker) saw(q, g string) {
+	if c.seen[q] == nil {
+		c.seen[q] = map[string]bool{}
+	}
+	c.seen[q][g] = true
 }
 
 func (c *checker) violate(v Violation) {
 	k := fmt.Sprintf("%s|%s|%s|%s|%d", category[v.Kind], v.Queue, v.Partition, v.Group, v.Seq)
-	if v.Kind == KindDivergence || v.Kind == KindNotConverged || v.Kind == KindStoredLess || v.Kind == KindStoredMore {
+	switch v.Kind {
+	case KindDivergence, KindNotConverged, KindStoredLess, KindStoredMore, KindCountsDiffer:
 		k = fmt.Sprintf("%s|%d|%s", v.Kind, len(c.flagged), v.Detail)
+	case KindStoredTwice:
+		// Once per message, whatever the group: its key must not be the
+		// queue-mode group's (""), or it would swallow that group's
+		// delivered-after-completed of the same message.
+		k = fmt.Sprintf("%s|%s|%s|%d", v.Kind, v.Queue, v.Partition, v.Seq)
 	}
 	if c.flagged[k] {
 		return
@@ -302,7 +327,7 @@ func Check(ops []history.Op, opt Options) *Result {
 	c := &checker{opt: opt, res: &Result{ViolationKinds: map[string]int{}}, examples: map[string]int{},
 		msgs: map[msgKey]*message{}, dels: map[pgKey][]*delivery{}, acks: map[pgKey][]ackItem{},
 		releases: map[pgKey][][2]int64{},
-		reached:  map[pgKey]map[int64]bool{}, flagged: map[string]bool{}}
+		reached:  map[pgKey]map[int64]bool{}, flagged: map[string]bool{}, seen: map[string]map[string]bool{}}
 	sorted := slices.Clone(ops)
 	slices.SortStableFunc(sorted, func(a, b history.Op) int {
 		return cmp.Or(cmp.Compare(a.Start, b.Start), cmp.Compare(a.ID, b.ID))
@@ -428,12 +453,20 @@ func (c *checker) push(op *history.Op) {
 }
 
 func (c *checker) ack(op *history.Op) {
+	if op.Outcome == history.OK || op.Outcome == history.Unknown {
+		c.saw(op.Queue, op.Group)
+	}
 	if op.Status != "completed" && op.Status != "" && op.Status != "success" {
 		// failed and retry acks never move the position here, but they may
-		// release the lease: a cause for redelivery.
+		// release the lease: a cause for redelivery. An answered ack
+		// released a partition only where some item succeeded: a rejected
+		// item (an expired lease, say) released nothing.
 		if op.Outcome == history.OK || op.Outcome == history.Unknown {
 			seen := map[string]bool{}
 			for _, it := range op.Items {
+				if op.Outcome == history.OK && !it.Success {
+					continue
+				}
 				if !seen[it.Partition] {
 					seen[it.Partition] = true
 					k := pgKey{op.Queue, it.Partition, op.Group}
@@ -466,11 +499,30 @@ func (c *checker) ack(op *history.Op) {
 }
 
 func (c *checker) pop(op *history.Op) {
+	c.saw(op.Queue, op.Group)
 	var cur *delivery
 	var curKey pgKey
 	for _, it := range op.Items {
 		c.res.Deliveries++
 		k := pgKey{op.Queue, it.Partition, op.Group}
+		base := Violation{Queue: op.Queue, Partition: it.Partition, Group: op.Group, Seq: it.Seq, Ops: []int64{op.ID}}
+		if seq, ok := history.ParseTxn(it.Txn); !ok || seq != it.Seq {
+			v := base
+			v.Kind, v.Detail = KindPhantom, fmt.Sprintf("delivered transaction %q is not one the workload writes", it.Txn)
+			c.violate(v)
+			continue
+		}
+		// Only the transaction id names the message: one of another
+		// partition, queue or run that carries the same seq is not m. It
+		// must neither count as m's delivery (which would hide m's loss)
+		// nor take part in m's ordering.
+		m := c.msgs[msgKey{op.Queue, it.Partition, it.Seq}]
+		if m == nil || it.Txn != m.txn {
+			v := base
+			v.Kind, v.Detail = KindPhantom, fmt.Sprintf("transaction %s was never pushed to %s/%s", it.Txn, op.Queue, it.Partition)
+			c.violate(v)
+			continue
+		}
 		if cur == nil || k != curKey {
 			cur = &delivery{op: op.ID, start: op.Start, end: op.End}
 			curKey = k
@@ -481,25 +533,15 @@ func (c *checker) pop(op *history.Op) {
 			c.reached[k] = map[int64]bool{}
 		}
 		c.reached[k][it.Seq] = true
-		v := Violation{Queue: op.Queue, Partition: it.Partition, Group: op.Group, Seq: it.Seq, Ops: []int64{op.ID}}
-		if seq, ok := history.ParseTxn(it.Txn); !ok || seq != it.Seq {
-			v.Kind, v.Detail = KindPhantom, fmt.Sprintf("delivered transaction %q is not one the workload writes", it.Txn)
-			c.violate(v)
-			continue
-		}
 		if it.DataSeq != it.Seq {
+			v := base
 			v.Kind, v.Detail = KindPayload, fmt.Sprintf("payload carries seq %d", it.DataSeq)
 			c.violate(v)
 		}
-		m := c.msgs[msgKey{op.Queue, it.Partition, it.Seq}]
-		switch {
-		case m == nil:
-			v.Kind, v.Detail = KindPhantom, fmt.Sprintf("transaction %s was never pushed", it.Txn)
-			c.violate(v)
-			continue
-		case !m.confirmed && !m.unknown:
+		if !m.confirmed && !m.unknown {
+			v := base
 			v.Kind, v.Detail = KindFailedApplied, fmt.Sprintf("every push of %s failed, yet it was delivered", it.Txn)
-			v.Ops = append(v.Ops, m.pushOps...)
+			v.Ops = append(slices.Clone(v.Ops), m.pushOps...)
 			c.violate(v)
 		}
 		if it.MsgID != "" {
@@ -510,10 +552,11 @@ func (c *checker) pop(op *history.Op) {
 			if _, ok := ref[it.MsgID]; !ok {
 				if len(ref) > 0 {
 					first := keysOf(ref)[0]
+					v := base
 					v.Kind, v.Group = KindStoredTwice, ""
 					v.Detail = fmt.Sprintf("delivered to group %s with message id %s, but %s was stored as %s",
 						GroupName(op.Group), it.MsgID, it.Txn, first)
-					v.Ops = append(v.Ops, ref[first])
+					v.Ops = append(slices.Clone(v.Ops), ref[first])
 					c.violate(v)
 				}
 				m.delivered[it.MsgID] = op.ID
@@ -640,20 +683,7 @@ func (c *checker) lost(meta *history.Meta) {
 	}
 	if len(groupsOf) == 0 {
 		// Hand-made histories: every group seen on a queue should see all of it.
-		seen := map[string]map[string]bool{}
-		for k := range c.dels {
-			if seen[k.q] == nil {
-				seen[k.q] = map[string]bool{}
-			}
-			seen[k.q][k.g] = true
-		}
-		for k := range c.acks {
-			if seen[k.q] == nil {
-				seen[k.q] = map[string]bool{}
-			}
-			seen[k.q][k.g] = true
-		}
-		for q, gs := range seen {
+		for q, gs := range c.seen {
 			for g := range gs {
 				groupsOf[q] = append(groupsOf[q], g)
 			}
@@ -749,10 +779,20 @@ func (c *checker) final(op *history.Op) {
 		}
 	}
 	qps := slices.Sorted(maps.Keys(attempted))
+	var counted []history.NodeState
 	for _, s := range op.States {
+		if s.Error != "" {
+			// A failed read leaves the totals partial or missing, and a
+			// partition it did not reach would read as 0 stored.
+			if c.res.Converged {
+				c.res.Notes = append(c.res.Notes, fmt.Sprintf("final state: %s's stored messages were not checked: %s", s.Node, s.Error))
+			}
+			continue
+		}
 		if s.Totals == nil {
 			continue
 		}
+		counted = append(counted, s)
 		for _, qp := range qps {
 			total := s.Totals[qp]
 			q, p, _ := strings.Cut(qp, "/")
@@ -764,6 +804,28 @@ func (c *checker) final(op *history.Op) {
 				c.violate(Violation{Kind: KindStoredMore, Queue: q, Partition: p, Ops: []int64{op.ID},
 					Detail: fmt.Sprintf("%s stores %d messages, at most %d were pushed (ok or unknown)", s.Node, total, possible[qp])})
 			}
+		}
+	}
+	// Replicas of one log store the same messages: counts that differ
+	// diverge even when each lies within the bounds (an unknown push
+	// stored on one node only).
+	stored := map[string]bool{}
+	for _, s := range counted {
+		for qp := range s.Totals {
+			stored[qp] = true
+		}
+	}
+	for _, qp := range slices.Sorted(maps.Keys(stored)) {
+		differ := false
+		parts := make([]string, 0, len(counted))
+		for _, s := range counted {
+			differ = differ || s.Totals[qp] != counted[0].Totals[qp]
+			parts = append(parts, fmt.Sprintf("%s %d", s.Node, s.Totals[qp]))
+		}
+		if differ {
+			q, p, _ := strings.Cut(qp, "/")
+			c.violate(Violation{Kind: KindCountsDiffer, Queue: q, Partition: p, Ops: []int64{op.ID},
+				Detail: "nodes store different numbers of messages: " + strings.Join(parts, ", ")})
 		}
 	}
 }

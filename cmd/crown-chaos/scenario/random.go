@@ -53,6 +53,7 @@ var templates = []template{
 	{"kill-leader", false, func(*rand.Rand) (string, string) { return "kill leader as K", "restart K" }},
 	{"kill-follower", false, func(*rand.Rand) (string, string) { return "kill follower as K", "restart K" }},
 	{"stop-leader", false, func(*rand.Rand) (string, string) { return "stop leader as K", "restart K" }},
+	{"stop-follower", false, func(*rand.Rand) (string, string) { return "stop follower as K", "restart K" }},
 	{"pause-leader", false, func(*rand.Rand) (string, string) { return "pause leader as P", "resume P" }},
 	{"pause-follower", false, func(*rand.Rand) (string, string) { return "pause follower as P", "resume P" }},
 	{"kill-all", false, func(*rand.Rand) (string, string) { return "kill all", "restart killed" }},

@@ -25,6 +25,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -163,7 +164,7 @@ func (e Event) String() string {
 			b.WriteString(" jitter=" + e.Netem.Jitter.String())
 		}
 		if e.Netem.Loss > 0 {
-			b.WriteString(" loss=" + strconv.FormatFloat(e.Netem.Loss*100, 'f', -1, 64) + "%")
+			b.WriteString(" loss=" + percent(e.Netem.Loss) + "%")
 		}
 	}
 	if e.Action == Flap && e.Period > 0 {
@@ -173,6 +174,18 @@ func (e Event) String() string {
 		b.WriteString(" as " + e.Bind)
 	}
 	return b.String()
+}
+
+// percent writes a fraction as the percentage it was parsed from. Twelve
+// significant digits drop the error of dividing by 100 and multiplying back
+// (29% would come back as 28.999999999999996%) without rounding a small
+// loss away.
+func percent(frac float64) string {
+	p, err := strconv.ParseFloat(strconv.FormatFloat(frac*100, 'g', 12, 64), 64)
+	if err != nil {
+		p = frac * 100
+	}
+	return strconv.FormatFloat(p, 'f', -1, 64)
 }
 
 // Format renders a scenario as a file that Parse reads back unchanged.
@@ -429,6 +442,9 @@ func parseEvent(name string, args []string, bound map[string]bool) (Event, error
 		if nodes < 2 {
 			return ev, fmt.Errorf("partition needs nodes on at least two sides")
 		}
+		if err := oneSideEach(ev.Groups); err != nil {
+			return ev, err
+		}
 		return ev, nil
 	case Cut:
 		if err := noParams(); err != nil {
@@ -443,6 +459,9 @@ func parseEvent(name string, args []string, bound map[string]bool) (Event, error
 				return ev, err
 			}
 			ev.Groups = append(ev.Groups, s)
+		}
+		if err := oneSideEach(ev.Groups); err != nil {
+			return ev, err
 		}
 		return ev, nil
 	case Netem:
@@ -460,7 +479,7 @@ func parseEvent(name string, args []string, bound map[string]bool) (Event, error
 				}
 			case "loss":
 				p, err := strconv.ParseFloat(strings.TrimSuffix(v, "%"), 64)
-				if err != nil || p < 0 || p > 100 {
+				if err != nil || math.IsNaN(p) || p < 0 || p > 100 { // ParseFloat takes "NaN", which no bound rejects
 					return ev, fmt.Errorf("netem loss=%q: want a percentage such as 10%%", v)
 				}
 				ev.Netem.Loss = p / 100
@@ -506,6 +525,38 @@ func parseEvent(name string, args []string, bound map[string]bool) (Event, error
 	}
 	ev.Groups = [][]Sel{s}
 	return ev, nil
+}
+
+// oneSideEach refuses a node on more than one side of a cut or partition:
+// a node cannot be cut off from itself. A selector resolves to the same
+// nodes wherever it appears in one line, except `random`; `all` takes every
+// node, so nothing but the client can stand on another side.
+func oneSideEach(groups [][]Sel) error {
+	side := map[Sel]int{}
+	for i, g := range groups {
+		for _, s := range g {
+			if s == "random" {
+				continue
+			}
+			if j, ok := side[s]; ok && j != i {
+				return fmt.Errorf("%s is on more than one side: a node cannot be cut off from itself", s)
+			}
+			side[s] = i
+		}
+	}
+	for i, g := range groups {
+		if !slices.Contains(g, "all") {
+			continue
+		}
+		for j, o := range groups {
+			for _, s := range o {
+				if j != i && s != "client" {
+					return fmt.Errorf("%s is on another side than all, which already has every node", s)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // IsNetwork reports whether the action is a network fault.

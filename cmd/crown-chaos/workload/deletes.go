@@ -18,7 +18,8 @@ import (
 // meant to be missing, which the history checker would call lost), sometimes
 // leases a batch as a group, then deletes one message of each batch through
 // whichever node answers, retrying an unanswered delete until one answers
-// (an answer of "not found" to a retry means an earlier attempt applied).
+// (an answer of "not found" to a retry means an earlier attempt applied;
+// when no earlier attempt can have applied, that the message had vanished).
 // After the drain, VerifyDeletes reads every confirmed message back through
 // every node with a linearizable read: deleted ones must be gone everywhere,
 // the others present. A push attempt whose outcome was unknown may still
@@ -42,6 +43,11 @@ type delMsg struct {
 	// uncertain: a delete was sent and never answered before the worker
 	// stopped, so the message may or may not be stored; not verified.
 	uncertain bool
+	// mayHaveApplied: a delete attempt got no usable answer, so a later
+	// one may find the message already gone.
+	mayHaveApplied bool
+	// problem: what the deletion itself got wrong, for VerifyDeletes.
+	problem string
 }
 
 // deletesState is what the deletion worker confirmed, for VerifyDeletes.
@@ -159,18 +165,30 @@ func (w *Workload) popForDelete(node Node, part string, batch int) bool {
 	return a.Outcome == history.OK
 }
 
-// deleteOnce sends one delete; an answer of "not found" is a success too,
-// since the message was confirmed stored: an earlier, unanswered attempt
-// deleted it.
+// deleteOnce sends one delete and reports whether it was answered. The
+// message was confirmed stored, so an answer of "not found" is right only
+// when an earlier attempt may have applied; otherwise the message vanished
+// before anyone deleted it, a problem VerifyDeletes reports. Either way the
+// message is gone and retrying cannot change that.
 func (w *Workload) deleteOnce(node Node, m *delMsg) bool {
 	a := w.request("DELETE", node.URL+"/api/v1/messages/"+m.partition+"/"+url.PathEscape(m.txn), nil)
-	if a.Outcome != history.OK {
+	var res struct {
+		Success *bool  `json:"success"`
+		Message string `json:"message"`
+	}
+	answered := a.Outcome == history.OK && json.Unmarshal(a.Body, &res) == nil && res.Success != nil
+	w.progressMu.Lock()
+	defer w.progressMu.Unlock()
+	if !answered {
+		// A failed request applied nothing; anything else may have.
+		m.mayHaveApplied = m.mayHaveApplied || a.Outcome != history.Fail
 		return false
 	}
-	var res struct {
-		Success *bool `json:"success"`
+	if !*res.Success && !m.mayHaveApplied {
+		m.problem = fmt.Sprintf("delete of confirmed message %s answered %q, and no earlier attempt can have deleted it: "+
+			"it was gone before it was deleted", m.txn, res.Message)
 	}
-	return json.Unmarshal(a.Body, &res) == nil && res.Success != nil
+	return true
 }
 
 // VerifyDeletes reads every confirmed message of DeleteQueue back through
@@ -185,6 +203,11 @@ func (w *Workload) VerifyDeletes(ctx context.Context) []string {
 	}
 	w.progressMu.Unlock()
 	var problems []string
+	for _, m := range msgs {
+		if m.problem != "" {
+			problems = append(problems, m.problem)
+		}
+	}
 	for _, node := range w.cfg.Nodes {
 		for _, m := range msgs {
 			if m.uncertain {
