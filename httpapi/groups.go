@@ -156,6 +156,16 @@ func (s *Server) readOptionalBody(r *http.Request) ([]byte, *apiError) {
 	return body, aerr
 }
 
+// readOptionalObject reads a body that carries nothing but, when present,
+// must be a JSON object (a refusal writes nothing).
+func (s *Server) readOptionalObject(r *http.Request) ([]byte, *apiError) {
+	body, aerr := s.readOptionalBody(r)
+	if aerr == nil {
+		_, aerr = decodeOptionalObject(body)
+	}
+	return body, aerr
+}
+
 // decodeOptionalObject decodes a JSON object body; an empty body is {}.
 func decodeOptionalObject(body []byte) (map[string]json.RawMessage, *apiError) {
 	if body == nil {
@@ -269,13 +279,8 @@ func parseSeek(body []byte) (*fsm.Seek, *apiError) {
 
 // POST /api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek
 func (s *Server) handleSeekPartition(w http.ResponseWriter, r *http.Request) {
-	// The body carries nothing (Queen's clients send {}), but must be a JSON
-	// object when present (nothing is written on a refusal), and a
-	// follower relays it.
-	body, aerr := s.readOptionalBody(r)
-	if aerr == nil {
-		_, aerr = decodeOptionalObject(body)
-	}
+	// Queen's clients send {}; a follower relays it.
+	body, aerr := s.readOptionalObject(r)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -306,11 +311,7 @@ func (s *Server) handleSeekPartition(w http.ResponseWriter, r *http.Request) {
 // every read, so there is nothing to recompute; a body, when sent, must
 // still be a JSON object.
 func (s *Server) handleStatsRefresh(w http.ResponseWriter, r *http.Request) {
-	body, aerr := s.readOptionalBody(r)
-	if aerr == nil {
-		_, aerr = decodeOptionalObject(body)
-	}
-	if aerr != nil {
+	if _, aerr := s.readOptionalObject(r); aerr != nil {
 		writeError(w, aerr)
 		return
 	}
