@@ -157,8 +157,8 @@ func TestHTTPStreamsEndToEnd(t *testing.T) {
 	// A changed hash is a conflict until the client asks for a reset.
 	changed := obj{"name": "orders.per_customer", "source_queue": "orders", "sink_queue": "orders.totals", "config_hash": "sha256:beef"}
 	o = s.registerQuery(changed, http.StatusConflict)
-	wantKeys(t, "conflict", o, "success", "query_id", "name", "error")
-	if o["success"] != false || o["query_id"] != qid || o["name"] != "orders.per_customer" ||
+	wantKeys(t, "conflict", o, "success", "query_id", "name", "error", "code")
+	if o["success"] != false || o["code"] != "conflict" || o["query_id"] != qid || o["name"] != "orders.per_customer" ||
 		!strings.HasPrefix(asStr(t, o["error"]), "config_hash mismatch: ") {
 		t.Errorf("conflict %v", o)
 	}
