@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
@@ -163,36 +164,14 @@ func (s *Server) commitWith(w http.ResponseWriter, r *http.Request, body []byte,
 // than once if leadership comes and goes; it must be idempotent.
 func (s *Server) commitPrepared(w http.ResponseWriter, r *http.Request, body []byte, cmd fsm.Command,
 	prepare func() *apiError, writeError func(http.ResponseWriter, *apiError)) (any, bool) {
+	refused := false
 	for {
 		if s.cluster.IsLeader() {
-			if prepare != nil {
-				if aerr := prepare(); aerr != nil {
-					writeError(w, aerr)
-					return nil, false
-				}
+			res, ok, notLeader := s.proposeHere(w, r, cmd, prepare, writeError)
+			if !notLeader {
+				return res, ok
 			}
-			res, idx, err := s.cluster.Propose(r.Context(), cmd)
-			switch {
-			case err == nil:
-				if er, ok := res.(*fsm.ErrorResult); ok {
-					writeError(w, badRequest(codeInvalidField, "", "%s", er.Err))
-					return nil, false
-				}
-				w.Header().Set(headerIndex, strconv.FormatUint(idx, 10))
-				return res, true
-			case errors.Is(err, raftnode.ErrNotLeader):
-				// Never appended: fall through to forwarding.
-			case errors.Is(err, raftnode.ErrUnknownOutcome):
-				writeError(w, &apiError{Status: http.StatusServiceUnavailable, Code: codeUnknown,
-					Message: "Leadership changed while the request was committing; it may or may not have been applied. Retry: pushes with the same transactionId are deduplicated"})
-				return nil, false
-			case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-				writeError(w, &apiError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "request abandoned: " + err.Error()})
-				return nil, false
-			default:
-				writeError(w, &apiError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: err.Error()})
-				return nil, false
-			}
+			refused = true
 		}
 		target, aerr := s.leaderURL(r.Context())
 		if aerr != nil {
@@ -200,13 +179,59 @@ func (s *Server) commitPrepared(w http.ResponseWriter, r *http.Request, body []b
 			return nil, false
 		}
 		if target == "" {
-			continue // this node became leader while waiting
+			// Still (or again) the leader. After a refusal (a leadership
+			// transfer refuses every proposal until it ends) look again a
+			// little later rather than spin.
+			if refused {
+				select {
+				case <-time.After(10 * time.Millisecond):
+				case <-r.Context().Done():
+					writeError(w, &apiError{Status: http.StatusServiceUnavailable, Code: codeUnavailable,
+						Message: "request abandoned: " + r.Context().Err().Error()})
+					return nil, false
+				}
+			}
+			continue
 		}
 		if s.fwd.relayWith(w, r, body, target, writeError) {
 			return nil, false
 		}
 		// This node became the leader while the forward waited: propose here.
 	}
+}
+
+// proposeHere commits cmd on this node, which believes it leads, and writes
+// any refusal. notLeader reports, having written nothing, that the
+// proposal was refused without being appended (leadership moved, or a
+// transfer is in progress): the caller may send the request elsewhere.
+func (s *Server) proposeHere(w http.ResponseWriter, r *http.Request, cmd fsm.Command,
+	prepare func() *apiError, writeError func(http.ResponseWriter, *apiError)) (res any, ok, notLeader bool) {
+	if prepare != nil {
+		if aerr := prepare(); aerr != nil {
+			writeError(w, aerr)
+			return nil, false, false
+		}
+	}
+	res, idx, err := s.cluster.Propose(r.Context(), cmd)
+	switch {
+	case err == nil:
+		if er, ok := res.(*fsm.ErrorResult); ok {
+			writeError(w, badRequest(codeInvalidField, "", "%s", er.Err))
+			return nil, false, false
+		}
+		w.Header().Set(headerIndex, strconv.FormatUint(idx, 10))
+		return res, true, false
+	case errors.Is(err, raftnode.ErrNotLeader):
+		return nil, false, true // never appended
+	case errors.Is(err, raftnode.ErrUnknownOutcome):
+		writeError(w, &apiError{Status: http.StatusServiceUnavailable, Code: codeUnknown,
+			Message: "Leadership changed while the request was committing; it may or may not have been applied. Retry: pushes with the same transactionId are deduplicated"})
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		writeError(w, &apiError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "request abandoned: " + err.Error()})
+	default:
+		writeError(w, &apiError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: err.Error()})
+	}
+	return nil, false, false
 }
 
 // relay forwards the request to the leader and copies its answer back. It
@@ -280,6 +305,20 @@ func (f *forwarder) do(ctx context.Context, r *http.Request, body []byte, leader
 		rd = bytes.NewReader(body)
 	}
 	ctx, cancel := context.WithCancel(ctx)
+	// Go's client sends a GET (a forwarded pop, a write) again on a new
+	// connection when a reused one broke after the request went out: the
+	// leader may have leased for the first, and a second would lease again,
+	// or fail to dial and read as "nothing was applied". Once the request
+	// has been written, a second connection cancels it instead.
+	var wrote atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
+		GetConn: func(string) {
+			if wrote.Load() {
+				cancel()
+			}
+		},
+	})
 	req, err := http.NewRequestWithContext(ctx, r.Method, strings.TrimRight(leader, "/")+uri, rd)
 	if err != nil {
 		cancel()
@@ -293,7 +332,7 @@ func (f *forwarder) do(ctx context.Context, r *http.Request, body []byte, leader
 	req.Header.Set(headerHops, strconv.Itoa(hops+1))
 	resp, err := f.send(req, cancel)
 	if err != nil {
-		if isDialError(err) {
+		if isDialError(err) && !wrote.Load() {
 			return nil, &apiError{Status: http.StatusServiceUnavailable, Code: codeNoLeader, notSent: true,
 				Message: "The leader could not be reached; nothing was applied: " + err.Error()}
 		}

@@ -258,7 +258,13 @@ func (s *Server) attemptPop(w http.ResponseWriter, r *http.Request, c *fsm.Lease
 	if p := principalOf(r); p != "" {
 		cmd = &fsm.LeaseAs{Lease: *c, Principal: p}
 	}
-	res, ok := s.commit(w, r, nil, cmd)
+	// Not commit: a pop refused here for want of leadership must not be
+	// relayed as the client sent it (wait=true would long-poll on the
+	// leader past this pop's deadline); forwardPop asks for one attempt.
+	res, ok, notLeader := s.proposeHere(w, r, cmd, nil, writeError)
+	if notLeader {
+		return s.forwardPop(w, r, until)
+	}
 	if !ok {
 		return false, true
 	}

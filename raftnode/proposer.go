@@ -66,8 +66,11 @@ type Proposer struct {
 	in    chan *proposal
 	slots chan struct{}
 	done  chan struct{}
-	wg    sync.WaitGroup
-	once  sync.Once
+	// exited is closed when run has returned: a proposal it never took is
+	// then answered by nobody, and its caller must not wait.
+	exited chan struct{}
+	wg     sync.WaitGroup
+	once   sync.Once
 	// busy is set when the previous entry carried more than one command.
 	busy  bool
 	stats proposerStats
@@ -87,6 +90,7 @@ type proposerStats struct {
 type proposal struct {
 	framed []byte // the command encoded by fsm.FrameCommand
 	out    chan outcome
+	taken  atomic.Bool // run has it: it will be answered
 }
 
 type outcome struct {
@@ -98,7 +102,8 @@ type outcome struct {
 func newProposer(cfg ProposerConfig, r *raft.Raft, origin string, log *slog.Logger) *Proposer {
 	cfg.defaults()
 	p := &Proposer{cfg: cfg, raft: r, origin: origin, log: log.With("component", "proposer"),
-		in: make(chan *proposal, 4096), slots: make(chan struct{}, cfg.MaxInflight), done: make(chan struct{})}
+		in: make(chan *proposal, 4096), slots: make(chan struct{}, cfg.MaxInflight), done: make(chan struct{}),
+		exited: make(chan struct{})}
 	p.wg.Add(1)
 	go p.run()
 	return p
@@ -125,9 +130,27 @@ func (p *Proposer) Propose(ctx context.Context, cmd fsm.Command) (any, uint64, e
 	select {
 	case o := <-pr.out:
 		return o.result, o.index, o.err
+	case <-p.exited:
+		// The send above may have won its race with Close after run's
+		// last drain: such a proposal was never appended.
+		if !pr.taken.Load() {
+			return nil, 0, ErrShutdown
+		}
 	case <-ctx.Done():
 		return nil, 0, fmt.Errorf("%w: %v", ErrUnknownOutcome, ctx.Err())
 	}
+	select {
+	case o := <-pr.out:
+		return o.result, o.index, o.err
+	case <-ctx.Done():
+		return nil, 0, fmt.Errorf("%w: %v", ErrUnknownOutcome, ctx.Err())
+	}
+}
+
+// take marks pr as run's: from here on it is answered.
+func take(pr *proposal) *proposal {
+	pr.taken.Store(true)
+	return pr
 }
 
 // Close stops accepting commands; commands already handed to Raft finish.
@@ -138,13 +161,21 @@ func (p *Proposer) Close() {
 
 func (p *Proposer) run() {
 	defer p.wg.Done()
+	defer close(p.exited)
+	// carry is a command the previous entry had no room for: it opens the
+	// next one.
+	var carry *proposal
 	for {
-		var first *proposal
-		select {
-		case first = <-p.in:
-		case <-p.done:
-			p.drainWith(ErrShutdown)
-			return
+		first := carry
+		carry = nil
+		if first == nil {
+			select {
+			case pr := <-p.in:
+				first = take(pr)
+			case <-p.done:
+				p.drainWith(ErrShutdown)
+				return
+			}
 		}
 		// Wait for an in-flight slot; commands arriving meanwhile join this batch.
 		select {
@@ -163,12 +194,26 @@ func (p *Proposer) run() {
 			timer = time.NewTimer(p.cfg.Linger)
 			linger = timer.C
 		}
+		// add takes pr into the batch unless it would carry the entry past
+		// MaxBytes: then it opens the next entry (a command larger than
+		// the bound goes out alone).
+		add := func(pr *proposal) bool {
+			take(pr)
+			if size+len(pr.framed) > p.cfg.MaxBytes {
+				carry = pr
+				return false
+			}
+			batch, size = append(batch, pr), size+len(pr.framed)
+			return true
+		}
 	fill:
 		for len(batch) < p.cfg.MaxCommands && size < p.cfg.MaxBytes {
 			if linger == nil {
 				select {
 				case pr := <-p.in:
-					batch, size = append(batch, pr), size+len(pr.framed)
+					if !add(pr) {
+						break fill
+					}
 				default:
 					break fill
 				}
@@ -176,7 +221,9 @@ func (p *Proposer) run() {
 			}
 			select {
 			case pr := <-p.in:
-				batch, size = append(batch, pr), size+len(pr.framed)
+				if !add(pr) {
+					break fill
+				}
 			case <-linger:
 				p.stats.Lingered.Add(1)
 				break fill
@@ -196,7 +243,7 @@ func (p *Proposer) drainWith(err error) {
 	for {
 		select {
 		case pr := <-p.in:
-			pr.out <- outcome{err: err}
+			take(pr).out <- outcome{err: err}
 		default:
 			return
 		}
@@ -249,8 +296,10 @@ func (p *Proposer) submit(batch []*proposal) {
 
 func mapApplyError(err error) error {
 	switch {
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrEnqueueTimeout):
-		// Not appended to the log: safe to retry elsewhere.
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrEnqueueTimeout),
+		errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		// Not appended to the log: safe to retry elsewhere (during a
+		// transfer, on the leader that comes out of it).
 		return fmt.Errorf("%w: %v", ErrNotLeader, err)
 	case errors.Is(err, raft.ErrLeadershipLost):
 		return ErrUnknownOutcome
