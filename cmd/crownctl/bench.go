@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -48,9 +49,11 @@ The report gives messages/s and MB/s (payload bytes, 10^6) of each side and
 p50/p90/p99/max latency of push, pop (only pops that delivered; a pop's
 latency includes any long-poll wait) and ack requests, then checks per
 consumer group that every confirmed message was consumed exactly once:
-lost (never delivered), duplicates (delivered again although no ack of it
-had failed: after its ack succeeded, twice in one batch, or while its first
-ack was pending), redelivered (again after its ack failed: at-least-once).
+lost (never delivered), duplicates (delivered again although nothing
+excused it: after its ack succeeded, twice in one batch, or while the
+previous delivery's ack was pending when that ack then succeeded or never
+came back), redelivered (again after the previous delivery's ack failed, as
+when its lease expired before the ack: at-least-once).
 The exit code is 1 when the check fails, a push was given up or a 4xx
 stopped the run.
 
@@ -188,6 +191,35 @@ type crownBench struct {
 	cfg           *benchkit.Config
 	queueMode     bool
 	popPartitions int
+	answerLimit   int64 // the longest answer read: see answerLimit
+}
+
+// popMessageOverhead bounds what a pop answer adds to each message's
+// payload: its ids, names, lease, timestamps and counters (about 590 bytes
+// in Queen's shape), with room to spare.
+const popMessageOverhead = 2048
+
+// crownMaxPayload is the largest payload Crown stores (httpapi's
+// MaxPayloadBytes).
+const crownMaxPayload = 8 << 20
+
+// answerLimit is how much of an answer the bench reads: enough for a pop
+// answer of --pop-batch messages of the largest payload. Crown caps a pop by
+// messages, not bytes, so 100 messages of 1 MiB are one answer of over 100
+// MiB, and cut short its messages (leased already) would be lost to the run.
+// Not --payload-size: a consume run does not know the produce run's, and
+// the messages of other runs it drains may be larger.
+func answerLimit(cfg *benchkit.Config) int64 {
+	payload := max(int64(cfg.PayloadSize), crownMaxPayload)
+	batch := max(int64(cfg.PopBatch), 0)
+	if payload > math.MaxInt64-popMessageOverhead {
+		return math.MaxInt64
+	}
+	per := payload + popMessageOverhead
+	if batch > (math.MaxInt64-maxAnswer)/per {
+		return math.MaxInt64
+	}
+	return batch*per + maxAnswer
 }
 
 func newCrownBench(urls []string, timeout time.Duration, cfg *benchkit.Config, queueMode bool, popPartitions int) *crownBench {
@@ -201,7 +233,7 @@ func newCrownBench(urls []string, timeout time.Duration, cfg *benchkit.Config, q
 		DisableCompression:  true,
 	}
 	return &crownBench{urls: urls, http: &http.Client{Transport: tr, Timeout: timeout}, cfg: cfg,
-		queueMode: queueMode, popPartitions: popPartitions}
+		queueMode: queueMode, popPartitions: popPartitions, answerLimit: answerLimit(cfg)}
 }
 
 // base picks the next node, round-robin.
@@ -250,7 +282,7 @@ func (d *crownBench) do(ctx context.Context, method, u string, body []byte, answ
 	if answer != nil {
 		b = (*answer)[:0]
 	}
-	b, err = readAnswer(b, resp.Body, resp.ContentLength)
+	b, err = readAnswer(b, resp.Body, resp.ContentLength, d.answerLimit)
 	if answer != nil {
 		*answer = b
 	}
@@ -260,14 +292,16 @@ func (d *crownBench) do(ctx context.Context, method, u string, body []byte, answ
 	return resp.StatusCode, b, nil
 }
 
-// readAnswer appends at most maxAnswer bytes of r to b, growing b once to
-// the length the server stated (-1 when it stated none), and a byte more:
-// the read that finds the end needs room to be asked for.
-func readAnswer(b []byte, r io.Reader, length int64) ([]byte, error) {
+// readAnswer appends the answer r to b, growing b once to the length the
+// server stated (-1 when it stated none), and a byte more: the read that
+// finds the end needs room to be asked for. An answer longer than limit
+// bytes is an error: cut short, it would parse as a broken answer, or worse
+// as a shorter one.
+func readAnswer(b []byte, r io.Reader, length, limit int64) ([]byte, error) {
 	if length > 0 {
-		b = slices.Grow(b, int(min(length, maxAnswer))+1)
+		b = slices.Grow(b, int(min(length, limit))+1)
 	}
-	lr := io.LimitedReader{R: r, N: maxAnswer}
+	lr := io.LimitedReader{R: r, N: limit}
 	for {
 		if len(b) == cap(b) {
 			b = slices.Grow(b, 4096)
@@ -275,11 +309,24 @@ func readAnswer(b []byte, r io.Reader, length int64) ([]byte, error) {
 		n, err := lr.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]
 		if err == io.EOF {
-			return b, nil
+			break
 		}
 		if err != nil {
 			return b, err
 		}
+	}
+	if lr.N > 0 {
+		return b, nil // the answer's own end
+	}
+	// The limit's EOF: the answer may go on.
+	var one [1]byte
+	switch _, err := io.ReadFull(r, one[:]); err {
+	case io.EOF:
+		return b, nil
+	case nil:
+		return b, fmt.Errorf("answer longer than %d bytes", limit)
+	default:
+		return b, err
 	}
 }
 
@@ -368,9 +415,13 @@ func (p *crownProducer) Push(ctx context.Context, items []benchkit.Item) (int, e
 	for i, r := range results {
 		switch r.Status {
 		case "queued":
+		case "buffered":
+			// Push maintenance (queen-api.md 3.17): accepted into the
+			// replicated side buffer and stored when it is drained, so
+			// confirmed; the consumers get it after that.
 		case "duplicate":
 			dupes++
-		default: // failed, buffered: not stored for sure; retry (idempotent)
+		default: // failed, or unknown: not stored for sure; retry (idempotent)
 			return 0, fmt.Errorf("POST %s: item %d: status %q %s", u, i, r.Status, r.Error)
 		}
 	}

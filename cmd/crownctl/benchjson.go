@@ -42,6 +42,8 @@ func pushStatus(v []byte) string {
 		return "queued"
 	case `"duplicate"`:
 		return "duplicate"
+	case `"buffered"`:
+		return "buffered"
 	}
 	return str(v)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -79,7 +80,7 @@ func TestReadAnswer(t *testing.T) {
 		{"empty", "", 0, nil},
 		{"into old storage", long, -1, make([]byte, 3, 20_000)},
 	} {
-		got, err := readAnswer(tc.buf[:0], strings.NewReader(tc.body), tc.length)
+		got, err := readAnswer(tc.buf[:0], strings.NewReader(tc.body), tc.length, maxAnswer)
 		if err != nil || string(got) != tc.body {
 			t.Errorf("%s: %d bytes, %v", tc.name, len(got), err)
 		}
@@ -92,12 +93,47 @@ func TestReadAnswer(t *testing.T) {
 	// size class of its own, so a buffer of exactly the answer's length has
 	// no room left for that read.
 	body := bytes.Repeat([]byte("x"), 8192)
-	got, err := readAnswer(nil, bytes.NewReader(body), int64(len(body)))
+	got, err := readAnswer(nil, bytes.NewReader(body), int64(len(body)), maxAnswer)
 	if once := cap(slices.Grow([]byte(nil), len(body)+1)); err != nil || cap(got) != once {
 		t.Errorf("an answer of stated length: capacity %d, want %d (grown once), %v", cap(got), once, err)
 	}
-	if _, err := readAnswer(nil, iotest.ErrReader(errors.New("reset")), -1); err == nil {
+	if _, err := readAnswer(nil, iotest.ErrReader(errors.New("reset")), -1, maxAnswer); err == nil {
 		t.Error("a failed read: no error")
+	}
+	// An answer of exactly the limit is whole; one byte more is an error,
+	// never a shorter answer, whatever length the server stated. One byte
+	// at a time: the end is found only by a read of its own.
+	for _, length := range []int64{-1, 10, 11} {
+		if got, err := readAnswer(nil, iotest.OneByteReader(strings.NewReader(long[:10])), length, 10); err != nil || len(got) != 10 {
+			t.Errorf("an answer of the limit, stated length %d: %d bytes, %v", length, len(got), err)
+		}
+		if _, err := readAnswer(nil, iotest.OneByteReader(strings.NewReader(long[:11])), length, 10); err == nil {
+			t.Errorf("an answer over the limit, stated length %d: no error", length)
+		}
+	}
+}
+
+// TestAnswerLimit: the bench reads a pop answer of --pop-batch messages of
+// the largest payload Crown stores (or of --payload-size, when larger)
+// whole, and never less than maxAnswer.
+func TestAnswerLimit(t *testing.T) {
+	for _, tc := range []struct {
+		batch, payload int
+		atLeast        int64
+	}{
+		{100, 256, 100 * (8<<20 + 590)},
+		{1, 256, maxAnswer},
+		{1, 1 << 30, 1<<30 + 590},
+	} {
+		got := answerLimit(&benchkit.Config{PopBatch: tc.batch, PayloadSize: tc.payload})
+		if got < tc.atLeast || got < maxAnswer {
+			t.Errorf("pop batch %d of %d bytes: limit %d, want at least %d", tc.batch, tc.payload, got, max(tc.atLeast, maxAnswer))
+		}
+	}
+	for _, c := range []benchkit.Config{{PopBatch: math.MaxInt, PayloadSize: 256}, {PopBatch: 2, PayloadSize: math.MaxInt - 1}} {
+		if got := answerLimit(&c); got != math.MaxInt64 {
+			t.Errorf("an overflowing bound (%d x %d): %d, want the largest", c.PopBatch, c.PayloadSize, got)
+		}
 	}
 }
 

@@ -14,7 +14,8 @@ import (
 	"time"
 )
 
-// maxAnswer bounds how much of an answer crownctl reads.
+// maxAnswer bounds how much of an answer crownctl reads (bench pops may
+// read more: their bound grows with the pop batch, answerLimit in bench.go).
 const maxAnswer = 64 << 20
 
 // Client calls Crown's HTTP API on one of several nodes.

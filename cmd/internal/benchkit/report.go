@@ -202,12 +202,14 @@ func (r *Report) Render(w io.Writer) error {
 	return nil
 }
 
-// CompareRow is one figure of two reports and their ratio a/b (nil when b
-// is 0).
+// CompareRow is one figure of two reports and their ratio a/b. A figure a
+// report does not have (no request of that kind was measured, nothing was
+// consumed or checked) is nil, not 0: a latency of no request is not 0 ms.
+// The ratio is nil when either figure is absent or b is 0.
 type CompareRow struct {
 	Name  string   `json:"name"`
-	A     float64  `json:"a"`
-	B     float64  `json:"b"`
+	A     *float64 `json:"a"`
+	B     *float64 `json:"b"`
 	Ratio *float64 `json:"ratio"`
 	fmt   string
 }
@@ -225,40 +227,66 @@ type Comparison struct {
 // latencies, below 1 means a is faster).
 func Compare(a, b *Report) *Comparison {
 	cmp := &Comparison{A: a.Broker, B: b.Broker, OKA: a.OK, OKB: b.OK}
-	row := func(name string, x, y float64, format string) {
+	// fig is a figure a report has (has) or lacks.
+	fig := func(has bool, v float64) *float64 {
+		if !has {
+			return nil
+		}
+		return &v
+	}
+	row := func(name string, x, y *float64, format string) {
 		r := CompareRow{Name: name, A: x, B: y, fmt: format}
-		if y != 0 {
-			q := round3(x / y)
+		if x != nil && y != nil && *y != 0 {
+			q := round3(*x / *y)
 			r.Ratio = &q
 		}
 		cmp.Rows = append(cmp.Rows, r)
 	}
+	// A side that one run did not have (a produce-only or consume-only
+	// run) is absent from it, not 0 msg/s.
 	tp := func(side string, x, y *Throughput) {
-		if x == nil || y == nil {
+		if x == nil && y == nil {
 			return
 		}
-		row(side+" msg/s", x.MsgPerSec, y.MsgPerSec, "%.0f")
-		row(side+" MB/s", x.MBPerSec, y.MBPerSec, "%.2f")
-		row(side+" messages", float64(x.Messages), float64(y.Messages), "%.0f")
-		row(side+" seconds", x.Seconds, y.Seconds, "%.2f")
+		get := func(t *Throughput, f func(*Throughput) float64) *float64 {
+			if t == nil {
+				return nil
+			}
+			return fig(true, f(t))
+		}
+		for _, f := range []struct {
+			name, format string
+			v            func(*Throughput) float64
+		}{
+			{" msg/s", "%.0f", func(t *Throughput) float64 { return t.MsgPerSec }},
+			{" MB/s", "%.2f", func(t *Throughput) float64 { return t.MBPerSec }},
+			{" messages", "%.0f", func(t *Throughput) float64 { return float64(t.Messages) }},
+			{" seconds", "%.2f", func(t *Throughput) float64 { return t.Seconds }},
+		} {
+			row(side+f.name, get(x, f.v), get(y, f.v), f.format)
+		}
 	}
 	tp("produce", a.Produce, b.Produce)
 	tp("consume", a.Consume, b.Consume)
+	// A latency of a run that measured no request of its kind (no pop
+	// delivered anything) is absent: its zeros are no figure.
 	for _, k := range []string{"push", "pop", "ack"} {
 		x, y := a.Latency[k], b.Latency[k]
 		if x.Count == 0 && y.Count == 0 {
 			continue
 		}
-		row(k+" p50 ms", x.P50Ms, y.P50Ms, "%.2f")
-		row(k+" p90 ms", x.P90Ms, y.P90Ms, "%.2f")
-		row(k+" p99 ms", x.P99Ms, y.P99Ms, "%.2f")
-		row(k+" max ms", x.MaxMs, y.MaxMs, "%.2f")
+		hx, hy := x.Count > 0, y.Count > 0
+		row(k+" p50 ms", fig(hx, x.P50Ms), fig(hy, y.P50Ms), "%.2f")
+		row(k+" p90 ms", fig(hx, x.P90Ms), fig(hy, y.P90Ms), "%.2f")
+		row(k+" p99 ms", fig(hx, x.P99Ms), fig(hy, y.P99Ms), "%.2f")
+		row(k+" max ms", fig(hx, x.MaxMs), fig(hy, y.MaxMs), "%.2f")
 	}
-	sum := func(r *Report, f func(GroupResult) int64) (n float64) {
+	sum := func(r *Report, f func(GroupResult) int64) *float64 {
+		var n float64
 		for _, v := range r.Verification {
 			n += float64(f(v))
 		}
-		return n
+		return fig(len(r.Verification) > 0, n)
 	}
 	// A produce-only run consumed nothing, so it has no delivery check:
 	// zeros here would read as "nothing lost" (the consume run checks).
@@ -274,8 +302,9 @@ func Compare(a, b *Report) *Comparison {
 			row(v.name, sum(a, v.f), sum(b, v.f), "%.0f")
 		}
 	}
-	row("request errors", float64(a.Errors.Push+a.Errors.Pop+a.Errors.Ack), float64(b.Errors.Push+b.Errors.Pop+b.Errors.Ack), "%.0f")
-	row("bench client CPU s", a.ClientCPUSeconds, b.ClientCPUSeconds, "%.2f")
+	row("request errors", fig(true, float64(a.Errors.Push+a.Errors.Pop+a.Errors.Ack)),
+		fig(true, float64(b.Errors.Push+b.Errors.Pop+b.Errors.Ack)), "%.0f")
+	row("bench client CPU s", fig(true, a.ClientCPUSeconds), fig(true, b.ClientCPUSeconds), "%.2f")
 	return cmp
 }
 
@@ -295,12 +324,15 @@ func RenderCompare(w io.Writer, a, b *Report) error {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "\t%s\t%s\t%s/%s\t\n", a.Broker, b.Broker, a.Broker, b.Broker)
-	for _, r := range Compare(a, b).Rows {
-		ratio := "-"
-		if r.Ratio != nil {
-			ratio = fmt.Sprintf("%.2f", *r.Ratio)
+	// show is a figure as the row formats it, "-" when absent.
+	show := func(v *float64, format string) string {
+		if v == nil {
+			return "-"
 		}
-		fmt.Fprintf(tw, "%s\t"+r.fmt+"\t"+r.fmt+"\t%s\t\n", r.Name, r.A, r.B, ratio)
+		return fmt.Sprintf(format, *v)
+	}
+	for _, r := range Compare(a, b).Rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", r.Name, show(r.A, r.fmt), show(r.B, r.fmt), show(r.Ratio, "%.2f"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -223,7 +223,7 @@ func Run(ctx context.Context, c *Config, d Driver, counters *Counters) *Report {
 				defer wg.Done()
 				var s stats
 				defer merge(&s)
-				consume(runCtx, c, g, cc, tracker, counters, &s, prodDone, &prodEnd, &groupLast[g], &lastDelivery, problem, warn)
+				consume(runCtx, c, g, cc, tracker, counters, &s, prodDone, &prodEnd, &groupLast[g], &lastDelivery, problem, warn, cancel)
 			}()
 		}
 	}
@@ -341,7 +341,8 @@ func produce(ctx context.Context, c *Config, p int, pc Producer, deadline time.T
 }
 
 func consume(ctx context.Context, c *Config, g int, cc Consumer, tracker *Tracker, counters *Counters,
-	s *stats, prodDone <-chan struct{}, prodEnd, groupLast, lastDelivery *atomic.Int64, problem, warn func(string, ...any)) {
+	s *stats, prodDone <-chan struct{}, prodEnd, groupLast, lastDelivery *atomic.Int64, problem, warn func(string, ...any),
+	cancel func()) {
 	ids := make([]string, 0, c.PopBatch)
 	var popErrs int
 	for {
@@ -370,7 +371,10 @@ func consume(ctx context.Context, c *Config, g int, cc Consumer, tracker *Tracke
 			s.errs.Pop++
 			counters.Errors.Add(1)
 			if IsFatal(err) {
-				problem("consumer of group %d: %v", g, err)
+				// Every consumer would get the same answer: stop the run
+				// rather than let the others drain what this one cannot.
+				problem("consumer of group %d: pop: %v (run stopped)", g, err)
+				cancel()
 				return
 			}
 			popErrs++
@@ -410,11 +414,20 @@ func consume(ctx context.Context, c *Config, g int, cc Consumer, tracker *Tracke
 			}
 			s.errs.Ack++
 			counters.Errors.Add(1)
-			warn("ack error in group %d: %v", g, err)
 			failed = make([]bool, len(ds))
 			for i := range failed {
 				failed[i] = true
 			}
+			if IsFatal(err) {
+				// A refused ack (a 4xx) is refused again when retried:
+				// nothing this run consumes would ever be acknowledged,
+				// and the lease expiries would pass for redeliveries.
+				tracker.Acked(g, msgs, failed)
+				problem("consumer of group %d: ack: %v (run stopped)", g, err)
+				cancel()
+				return
+			}
+			warn("ack error in group %d: %v", g, err)
 		} else {
 			s.ack.Record(time.Since(t1))
 			for _, f := range failed {

@@ -7,11 +7,20 @@ import (
 
 // Delivery states of one message for one consumer group.
 const (
-	stUnseen    = 0
-	stDelivered = 1 // delivered, its ack not answered yet
-	stAcked     = 2 // acknowledged successfully
-	stAckFailed = 3 // its ack failed: a redelivery is expected
-	stThisBatch = 4 // delivered in the batch being recorded (transient)
+	stUnseen       = 0
+	stDelivered    = 1 // delivered, its ack not answered yet; every earlier delivery settled
+	stAcked        = 2 // an ack succeeded: final, whatever other acks of it answer
+	stAckFailed    = 3 // its ack failed (none succeeded): a redelivery is expected
+	stThisBatch    = 4 // delivered in the batch being recorded (transient)
+	stOverlap      = 5 // delivered again while an ack was pending: see groupTrack.overlaps
+	stOverlapBatch = 6 // stOverlap, delivered in the batch being recorded (transient)
+)
+
+// Outcomes of the ack of one delivery of an overlap.
+const (
+	ackPending = 0
+	ackOK      = 1
+	ackFailed  = 2
 )
 
 // maxSeq and maxProducers bound what a malformed transaction id can make
@@ -25,11 +34,16 @@ const (
 // records each (producer, seq) delivered and acknowledged, and compares them
 // with what the producers had confirmed.
 //
-// A delivery of a message whose ack failed is a redelivery (normal
-// at-least-once behaviour). Any other repeated delivery is a duplicate: after
-// a successful ack, twice in one batch, or while the first delivery's ack
-// was still pending (which only a lease that expired before the ack
-// excuses). A confirmed message never delivered is lost.
+// Delivery is at-least-once with explicit acks (queen-api.md 4.19): a
+// message comes back until an ack resolves it. A delivery is therefore a
+// redelivery when the ack of the delivery before it failed, and a duplicate
+// when nothing excused it: after an ack of the message succeeded, twice in
+// one batch, or while the previous delivery's ack was pending when that ack
+// then succeeds (or never comes back). A delivery while the previous one's
+// ack is pending is what a lease that expired before the ack looks like
+// (queen-api.md 4.5: the messages go to the next pop, and the late ack is
+// refused), so it is settled only when that ack is answered. A confirmed
+// message never delivered is lost.
 type Tracker struct {
 	run    string
 	infer  bool // consume run without a count: expect 0..highest seq seen
@@ -43,8 +57,12 @@ type producerState struct {
 }
 
 type groupTrack struct {
-	mu          sync.Mutex
-	seen        [][]uint8 // [producer][seq] -> state
+	mu   sync.Mutex
+	seen [][]uint8 // [producer][seq] -> state
+	// overlaps follows the messages in state stOverlap: rare (a lease
+	// expired before its ack), so they do not cost every message more
+	// than a byte.
+	overlaps    map[msgKey]*overlap
 	unique      atomic.Int64
 	deliveries  int64
 	redelivered int64
@@ -53,11 +71,52 @@ type groupTrack struct {
 	foreign     int64
 }
 
+type msgKey struct {
+	producer int
+	seq      int64
+}
+
+// overlap is a message delivered again while the ack of an earlier delivery
+// was pending. Whether that delivery was excused shows only when the ack is
+// answered, in whatever order the acks of the overlapping deliveries come
+// back: refused (the lease had expired: a redelivery) or applied (the lease
+// was live: a duplicate).
+type overlap struct {
+	// acks is the ack outcome of each delivery of the overlap, in delivery
+	// order; acks[0] is the one whose ack was pending when it began.
+	acks  []uint8
+	acked bool // an ack of the message succeeded
+}
+
+// pending reports whether an ack of the overlap is still unanswered.
+func (ov *overlap) pending() bool {
+	for _, a := range ov.acks {
+		if a == ackPending {
+			return true
+		}
+	}
+	return false
+}
+
+// unsettled is the number of deliveries whose previous delivery's ack is
+// still unanswered: nothing excused them (yet).
+func (ov *overlap) unsettled() int64 {
+	var n int64
+	for k := 1; k < len(ov.acks); k++ {
+		if ov.acks[k-1] == ackPending {
+			n++
+		}
+	}
+	return n
+}
+
 // Msg is one delivered message, as the tracker understood its transaction id.
 type Msg struct {
 	Own      bool // of this run
 	Producer int
 	Seq      int64
+	nth      int  // its index among the deliveries of an overlap (0: the first, or none)
+	repeat   bool // repeated within its batch: its ack is the first one's
 }
 
 // NewTracker prepares the accounting for c. In consume mode the expected
@@ -138,13 +197,45 @@ func (t *Tracker) Delivered(g int, txnIDs []string) []Msg {
 		case stAckFailed:
 			row[s] = stThisBatch
 			gt.redelivered++
-		default:
+		case stDelivered:
+			// Its previous delivery's ack is pending: settled when that
+			// ack is answered.
+			if gt.overlaps == nil {
+				gt.overlaps = map[msgKey]*overlap{}
+			}
+			gt.overlaps[msgKey{p, s}] = &overlap{acks: []uint8{ackPending, ackPending}}
+			row[s] = stOverlapBatch
+			out[i].nth = 1
+		case stOverlap:
+			ov := gt.overlaps[msgKey{p, s}]
+			k := len(ov.acks)
+			ov.acks = append(ov.acks, ackPending)
+			out[i].nth = k
+			row[s] = stOverlapBatch
+			switch ov.acks[k-1] {
+			case ackFailed:
+				gt.redelivered++
+			case ackOK:
+				gt.duplicates++
+			}
+		case stThisBatch, stOverlapBatch:
+			// Twice in one pop: no lease expiry excuses it, and the
+			// batch's ack resolves both deliveries at once.
+			gt.duplicates++
+			out[i].repeat = true
+		default: // stAcked: resolved already
 			gt.duplicates++
 		}
 	}
 	for _, m := range out {
-		if m.Own && gt.seen[m.Producer][m.Seq] == stThisBatch {
-			gt.seen[m.Producer][m.Seq] = stDelivered
+		if !m.Own {
+			continue
+		}
+		switch row := gt.seen[m.Producer]; row[m.Seq] {
+		case stThisBatch:
+			row[m.Seq] = stDelivered
+		case stOverlapBatch:
+			row[m.Seq] = stOverlap
 		}
 	}
 	return out
@@ -157,12 +248,55 @@ func (t *Tracker) Acked(g int, msgs []Msg, failed []bool) {
 	gt.mu.Lock()
 	defer gt.mu.Unlock()
 	for i, m := range msgs {
-		if m.Own && m.Producer < len(gt.seen) && m.Seq < int64(len(gt.seen[m.Producer])) {
-			st := uint8(stAcked)
-			if i < len(failed) && failed[i] {
-				st = stAckFailed
+		if !m.Own || m.repeat || m.Producer >= len(gt.seen) || m.Seq >= int64(len(gt.seen[m.Producer])) {
+			continue
+		}
+		ok := i >= len(failed) || !failed[i]
+		row := gt.seen[m.Producer]
+		switch row[m.Seq] {
+		case stDelivered:
+			row[m.Seq] = stAckFailed
+			if ok {
+				row[m.Seq] = stAcked
 			}
-			gt.seen[m.Producer][m.Seq] = st
+		case stOverlap:
+			gt.overlapAcked(m, ok)
+		}
+		// stAcked stays: a message acknowledged once is resolved, and a
+		// later refusal (the ack of a delivery counted as a duplicate)
+		// does not make it expected again.
+	}
+}
+
+// overlapAcked records the ack outcome of delivery m.nth of an overlap,
+// which settles the delivery after it, and ends the overlap once every ack
+// of it was answered.
+func (gt *groupTrack) overlapAcked(m Msg, ok bool) {
+	key := msgKey{m.Producer, m.Seq}
+	ov := gt.overlaps[key]
+	if m.nth >= len(ov.acks) || ov.acks[m.nth] != ackPending {
+		return
+	}
+	ov.acks[m.nth] = ackFailed
+	if ok {
+		ov.acks[m.nth] = ackOK
+		ov.acked = true
+	}
+	if m.nth+1 < len(ov.acks) {
+		// The next delivery came while this ack was pending: refused, the
+		// lease had expired and the broker rightly delivered it again;
+		// applied, the lease was live and it should not have.
+		if ok {
+			gt.duplicates++
+		} else {
+			gt.redelivered++
+		}
+	}
+	if !ov.pending() {
+		delete(gt.overlaps, key)
+		gt.seen[m.Producer][m.Seq] = stAckFailed
+		if ov.acked {
+			gt.seen[m.Producer][m.Seq] = stAcked
 		}
 	}
 }
@@ -174,8 +308,8 @@ type GroupResult struct {
 	Deliveries  int64  `json:"deliveries"`  // messages of this run delivered, counting repeats
 	Unique      int64  `json:"unique"`      // distinct expected messages delivered
 	Lost        int64  `json:"lost"`        // expected, never delivered
-	Duplicates  int64  `json:"duplicates"`  // delivered again although no ack of it had failed
-	Redelivered int64  `json:"redelivered"` // delivered again after its ack failed (at-least-once)
+	Duplicates  int64  `json:"duplicates"`  // delivered again although nothing excused it (see Tracker)
+	Redelivered int64  `json:"redelivered"` // delivered again after the previous delivery's ack failed (at-least-once)
 	Unacked     int64  `json:"unacked"`     // delivered, ack never succeeded
 	Unconfirmed int64  `json:"unconfirmed"` // delivered although their push was never confirmed
 	Unexpected  int64  `json:"unexpected"`  // of this run but never sent
@@ -210,6 +344,11 @@ func (t *Tracker) Results(names func(g int) string) []GroupResult {
 		gt.mu.Lock()
 		r := GroupResult{Group: names(g), Deliveries: gt.deliveries, Redelivered: gt.redelivered,
 			Duplicates: gt.duplicates, Unexpected: gt.unexpected, Foreign: gt.foreign, Inferred: t.infer}
+		// A delivery still waiting for the previous one's ack (the run
+		// ended before it was answered) was not excused.
+		for _, ov := range gt.overlaps {
+			r.Duplicates += ov.unsettled()
+		}
 		nprod := len(t.prods)
 		if t.infer {
 			nprod = len(inferred)
@@ -240,7 +379,7 @@ func (t *Tracker) Results(names func(g int) string) []GroupResult {
 					r.Lost++
 				default:
 					r.Unique++
-					if st == stDelivered || st == stAckFailed {
+					if st == stDelivered || st == stAckFailed || st == stOverlap && !gt.overlaps[msgKey{p, s}].acked {
 						r.Unacked++
 					}
 				}

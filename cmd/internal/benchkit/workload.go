@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -74,6 +75,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Count < 0 || c.Duration < 0 || c.Rate < 0 {
 		return errors.New("--count, --duration and --rate must not be negative")
+	}
+	// NaN slips past every comparison (the producers would go unpaced) and
+	// neither NaN nor Inf can be written into the JSON report.
+	if math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) {
+		return fmt.Errorf("--rate %v: want a finite number of messages per second", c.Rate)
 	}
 	if c.Count == 0 && c.Duration == 0 && c.Mode != ModeConsume {
 		c.Count = DefaultCount
