@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -35,7 +36,48 @@ func (h *hclogAdapter) slogLevel(level hclog.Level) slog.Level {
 }
 
 func (h *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
-	h.l.Log(context.Background(), h.slogLevel(level), msg, args...)
+	h.l.Log(context.Background(), h.slogLevel(level), msg, slogArgs(args)...)
+}
+
+// slogArgs turns hclog's key/value pairs into slog's: a key the process
+// log already has on every line (node, component, ...) is prefixed raft_,
+// so a JSON reader does not keep Raft's value in place of Crown's; and
+// values slog would print as {} or unformatted (hclog.Format, a *raft.Raft
+// or other Stringer, an error) become their text.
+func slogArgs(args []any) []any {
+	out := make([]any, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		if k, ok := args[i].(string); ok && i+1 < len(args) {
+			switch k {
+			case "node", "component", "sub", "time", "level", "msg":
+				k = "raft_" + k
+			}
+			out = append(out, k, slogValue(args[i+1]))
+			i++
+			continue
+		}
+		out = append(out, slogValue(args[i]))
+	}
+	return out
+}
+
+func slogValue(v any) any {
+	switch x := v.(type) {
+	case slog.Attr, slog.Value:
+		return v
+	case hclog.Format:
+		if len(x) > 0 {
+			if f, ok := x[0].(string); ok {
+				return fmt.Sprintf(f, x[1:]...)
+			}
+		}
+		return fmt.Sprint(x...)
+	case error:
+		return x.Error()
+	case fmt.Stringer:
+		return x.String()
+	}
+	return v
 }
 func (h *hclogAdapter) Trace(msg string, args ...any) { h.Log(hclog.Trace, msg, args...) }
 func (h *hclogAdapter) Debug(msg string, args ...any) { h.Log(hclog.Debug, msg, args...) }
@@ -50,7 +92,7 @@ func (h *hclogAdapter) IsWarn() bool                  { return h.enabled(slog.Le
 func (h *hclogAdapter) IsError() bool                 { return h.enabled(slog.LevelError) }
 func (h *hclogAdapter) ImpliedArgs() []any            { return h.args }
 func (h *hclogAdapter) With(args ...any) hclog.Logger {
-	return &hclogAdapter{l: h.l.With(args...), name: h.name, args: append(append([]any(nil), h.args...), args...)}
+	return &hclogAdapter{l: h.l.With(slogArgs(args)...), name: h.name, args: append(append([]any(nil), h.args...), args...)}
 }
 func (h *hclogAdapter) Name() string { return h.name }
 func (h *hclogAdapter) Named(name string) hclog.Logger {

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -74,7 +75,8 @@ func (c *Config) defaults() {
 	}
 	def(&c.HeartbeatTimeout, time.Second)
 	def(&c.ElectionTimeout, time.Second)
-	def(&c.LeaderLeaseTimeout, 500*time.Millisecond)
+	// Raft refuses a lease longer than the heartbeat timeout.
+	def(&c.LeaderLeaseTimeout, min(500*time.Millisecond, c.HeartbeatTimeout))
 	def(&c.CommitTimeout, 5*time.Millisecond)
 	def(&c.TransportTimeout, 10*time.Second)
 	def(&c.SnapshotInterval, 30*time.Second)
@@ -125,6 +127,50 @@ type Node struct {
 
 // New opens the stores, restores the state machine from the newest snapshot
 // if its own file is behind it, and starts Raft.
+// raftConfig is the hashicorp/raft configuration c (defaults applied)
+// asks for, without the notification channel and logger of a running node.
+func (c *Config) raftConfig() *raft.Config {
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(c.NodeID)
+	rc.HeartbeatTimeout = c.HeartbeatTimeout
+	rc.ElectionTimeout = c.ElectionTimeout
+	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
+	rc.CommitTimeout = c.CommitTimeout
+	rc.SnapshotThreshold = c.SnapshotThreshold
+	rc.SnapshotInterval = c.SnapshotInterval
+	rc.TrailingLogs = c.TrailingLogs
+	rc.MaxAppendEntries = c.MaxAppendEntries
+	rc.BatchApplyCh = true
+	// Raft's timers once per metric, labelled by peer, not again under a
+	// name per peer (crownd exports them: crown_raft_*).
+	rc.NoLegacyTelemetry = true
+	// The state machine is persistent: it resumes from its own applied
+	// index instead of reloading a snapshot on every start.
+	rc.NoSnapshotRestoreOnStart = true
+	return rc
+}
+
+// Validate reports what Raft would refuse when the node starts (timeouts
+// too low or inconsistent, an address other nodes cannot dial), so that a
+// bad setting stops a node before it writes anything.
+func (c Config) Validate() error {
+	c.defaults()
+	if err := raft.ValidateConfig(c.raftConfig()); err != nil {
+		return fmt.Errorf("raft settings: %w", err)
+	}
+	host, port, err := net.SplitHostPort(c.Advertise)
+	if err != nil {
+		return fmt.Errorf("raft advertise address %q: %w", c.Advertise, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("raft advertise address %q: port must be 1 to 65535", c.Advertise)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return fmt.Errorf("raft advertise address %q: other nodes cannot dial an unspecified host; give a reachable one", c.Advertise)
+	}
+	return nil
+}
+
 func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	cfg.defaults()
 	log := cfg.Logger.With("component", "raftnode")
@@ -172,23 +218,7 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 		notifyCh: make(chan bool, 16), obsCh: make(chan raft.Observation, 64), stopped: make(chan struct{})}
 	n.leaderView, n.endLeaderView = context.WithCancel(context.Background())
 
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(cfg.NodeID)
-	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
-	rc.ElectionTimeout = cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
-	rc.CommitTimeout = cfg.CommitTimeout
-	rc.SnapshotThreshold = cfg.SnapshotThreshold
-	rc.SnapshotInterval = cfg.SnapshotInterval
-	rc.TrailingLogs = cfg.TrailingLogs
-	rc.MaxAppendEntries = cfg.MaxAppendEntries
-	rc.BatchApplyCh = true
-	// Raft's timers once per metric, labelled by peer, not again under a
-	// name per peer (crownd exports them: crown_raft_*).
-	rc.NoLegacyTelemetry = true
-	// The state machine is persistent: it resumes from its own applied
-	// index instead of reloading a snapshot on every start.
-	rc.NoSnapshotRestoreOnStart = true
+	rc := cfg.raftConfig()
 	rc.NotifyCh = n.notifyCh
 	rc.Logger = newHCLog(cfg.Logger, "raft")
 

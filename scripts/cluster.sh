@@ -168,16 +168,20 @@ start_node() {
 }
 
 wait_healthy() {
-	local deadline=$((SECONDS + WAIT)) i pending
+	local deadline=$((SECONDS + WAIT)) i pending pending_idx
 	while :; do
 		pending=()
+		pending_idx=()
 		for i in "$@"; do
 			if ! running_pid "$i" >/dev/null 2>&1; then
 				echo "cluster.sh: ${NODES[$i]} exited; last lines of $(log_file "$i"):" >&2
 				tail -n 20 -- "$(log_file "$i")" >&2 || true
 				return 1
 			fi
-			healthy "$i" || pending+=("${NODES[$i]}")
+			if ! healthy "$i"; then
+				pending+=("${NODES[$i]}")
+				pending_idx+=("$i")
+			fi
 		done
 		if ((${#pending[@]} == 0)); then
 			local names=()
@@ -186,7 +190,11 @@ wait_healthy() {
 			return 0
 		fi
 		if ((SECONDS >= deadline)); then
-			echo "cluster.sh: not healthy after ${WAIT}s: ${pending[*]} (see $CLUSTER_DIR/*.log)" >&2
+			echo "cluster.sh: not healthy after ${WAIT}s: ${pending[*]}" >&2
+			for i in "${pending_idx[@]}"; do
+				echo "cluster.sh: last lines of $(log_file "$i"):" >&2
+				tail -n 20 -- "$(log_file "$i")" >&2 || true
+			done
 			return 1
 		fi
 		sleep 0.5

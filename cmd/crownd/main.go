@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -166,10 +167,29 @@ Flags:
 	if c.RaftAdvertise == "" {
 		c.RaftAdvertise = c.RaftAddr
 	}
+	if strings.TrimSpace(c.DataDir) == "" {
+		return nil, errors.New("--data-dir must not be empty")
+	}
+	for _, a := range []struct{ flag, addr string }{{"--http-addr", c.HTTPAddr}, {"--raft-addr", c.RaftAddr}} {
+		if err := checkListenAddr(a.addr); err != nil {
+			return nil, fmt.Errorf("%s %q: %w", a.flag, a.addr, err)
+		}
+	}
 	if c.HTTPAdvertise == "" {
 		if c.HTTPAdvertise, err = deriveAdvertise(c.HTTPAddr, c.RaftAdvertise); err != nil {
 			return nil, err
 		}
+	} else if err := checkHTTPURL(c.HTTPAdvertise); err != nil {
+		return nil, fmt.Errorf("--http-advertise %q: %w", c.HTTPAdvertise, err)
+	}
+	if c.Join != "" {
+		if err := checkHTTPURL(c.Join); err != nil {
+			return nil, fmt.Errorf("--join %q: %w", c.Join, err)
+		}
+	}
+	// What Raft would refuse at start, refused before anything is written.
+	if err := c.raftConfig(nil).Validate(); err != nil {
+		return nil, fmt.Errorf("%w (--raft-advertise, --raft-heartbeat-timeout, --raft-election-timeout)", err)
 	}
 	if c.Key, err = envelope.ParseKey(getenv("QUEEN_ENCRYPTION_KEY")); err != nil {
 		return nil, err
@@ -233,6 +253,40 @@ func parsePeers(s string) ([]raftnode.Peer, error) {
 }
 
 // deriveAdvertise builds http://<host of the raft address>:<http port>.
+// checkListenAddr checks a host:port to listen on (an empty host: every
+// interface; port 0: any free port).
+func checkListenAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q must be 0 to 65535", port)
+	}
+	return nil
+}
+
+// checkHTTPURL checks a URL other nodes or this one will dial.
+func checkHTTPURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return err
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errors.New("want http://host:port or https://host:port")
+	}
+	return nil
+}
+
+// raftConfig is the Raft part of c, for the node at start and for checking
+// the command line.
+func (c *config) raftConfig(log *slog.Logger) raftnode.Config {
+	rc := c.Raft
+	rc.NodeID, rc.RaftAddr, rc.Advertise, rc.DataDir = c.NodeID, c.RaftAddr, c.RaftAdvertise, c.DataDir
+	rc.Peers, rc.Join, rc.Logger = c.Peers, c.Join != "", log
+	return rc
+}
+
 func deriveAdvertise(httpAddr, raftAddr string) (string, error) {
 	_, port, err := net.SplitHostPort(httpAddr)
 	if err != nil {
@@ -277,9 +331,7 @@ func run(c *config) error {
 			log.Error("close state", "error", err)
 		}
 	}()
-	rc := c.Raft
-	rc.NodeID, rc.RaftAddr, rc.Advertise, rc.DataDir = c.NodeID, c.RaftAddr, c.RaftAdvertise, c.DataDir
-	rc.Peers, rc.Join, rc.Logger = c.Peers, c.Join != "", log
+	rc := c.raftConfig(log)
 	reg := prometheus.NewRegistry()
 	if c.RaftMetrics {
 		// Before the node starts, so its first elections and appends count.
@@ -302,7 +354,10 @@ func run(c *config) error {
 		node.Shutdown()
 		return fmt.Errorf("listen on %s: %w", c.HTTPAddr, err)
 	}
-	srv := &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	// net/http's own complaints (accept errors, bad TLS) go to the same
+	// structured log, not the default logger's plain lines.
+	srv := &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("crownd started", "version", version, "http", ln.Addr().String(), "advertise", c.HTTPAdvertise,
