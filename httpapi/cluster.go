@@ -197,24 +197,32 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 // DELETE /api/v1/cluster/members/{id}
 func (s *Server) handleClusterRemove(w http.ResponseWriter, r *http.Request) {
 	id := pathVar(r, "id")
-	remove := func() error {
-		if id == s.cfg.NodeID {
-			// A leader that removes itself stops its Raft once the change
-			// commits, before it could commit the registry's: it hands
-			// leadership over first, and the new leader (onLeader relays
-			// there) removes it as a follower.
-			if err := s.cluster.TransferLeadership(""); err != nil {
-				return err
-			}
-			return raftnode.ErrNotLeader
+	self := false
+	if !s.onLeader(w, r, nil, func() error {
+		if self = id == s.cfg.NodeID; self {
+			return nil // below: the registry first
 		}
 		return s.cluster.RemoveServer(id, 10*time.Second)
-	}
-	if !s.onLeader(w, r, nil, remove) {
+	}) {
 		return
+	}
+	if self {
+		s.leaving.Store(true)
 	}
 	if _, ok := s.commit(w, r, nil, &fsm.RemoveNode{ID: id}); !ok {
+		s.leaving.Store(false)
 		return
+	}
+	if self {
+		// A leader that removes itself stops its Raft once the change
+		// commits and can commit nothing after it, so the registry entry
+		// went first; should the removal fail, the node registers itself
+		// again within a second (KeepRegistered).
+		if err := s.cluster.RemoveServer(id, 10*time.Second); err != nil {
+			s.leaving.Store(false)
+			writeError(w, &apiError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: err.Error()})
+			return
+		}
 	}
 	s.log.Info("member removed", "id", id)
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "id": id})

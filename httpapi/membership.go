@@ -39,7 +39,7 @@ func (s *Server) KeepRegistered(ctx context.Context) {
 	// until it has had that time.
 	var quietUntil time.Time
 	for {
-		if time.Now().After(quietUntil) && !s.registered() {
+		if time.Now().After(quietUntil) && !s.leaving.Load() && !s.registered() {
 			if err := s.register(ctx); err != nil {
 				s.log.Debug("registration pending", "error", err)
 			} else {

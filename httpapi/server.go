@@ -82,6 +82,9 @@ type Server struct {
 	// relayed is the highest log index of a forwarded write this node has
 	// answered; local reads wait for it (forward.go, localRead).
 	relayed atomic.Uint64
+	// leaving is set while this node, as leader, removes itself from the
+	// cluster: it must not register itself again meanwhile.
+	leaving atomic.Bool
 	ojs     *ojs.Handler
 }
 
