@@ -106,15 +106,7 @@ func (f *bigQueen) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.pending = nil // leased: back only after the lease expires
 		writeJSONTest(w, 200, map[string]any{"messages": msgs})
 	case r.URL.Path == "/api/v1/ack/batch":
-		var req struct {
-			Acknowledgments []map[string]any `json:"acknowledgments"`
-		}
-		json.NewDecoder(r.Body).Decode(&req)
-		var res []map[string]any
-		for i := range req.Acknowledgments {
-			res = append(res, map[string]any{"index": i, "success": true, "error": nil})
-		}
-		writeJSONTest(w, 200, res)
+		ackAllSucceeded(w, r)
 	default:
 		apiErr(w, 404, "not_found", "", "no route")
 	}

@@ -184,19 +184,23 @@ func (f *fakeQueen) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.pending = f.pending[n:]
 		writeJSONTest(w, 200, map[string]any{"messages": msgs})
 	case r.URL.Path == "/api/v1/ack/batch":
-		var req struct {
-			ConsumerGroup   string           `json:"consumerGroup"`
-			Acknowledgments []map[string]any `json:"acknowledgments"`
-		}
-		json.NewDecoder(r.Body).Decode(&req)
-		var res []map[string]any
-		for i := range req.Acknowledgments {
-			res = append(res, map[string]any{"index": i, "success": true, "error": nil})
-		}
-		writeJSONTest(w, 200, res)
+		ackAllSucceeded(w, r)
 	default:
 		apiErr(w, 404, "not_found", "", "no route")
 	}
+}
+
+// ackAllSucceeded answers an ack/batch with every acknowledgment applied.
+func ackAllSucceeded(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Acknowledgments []map[string]any `json:"acknowledgments"`
+	}
+	json.NewDecoder(r.Body).Decode(&req)
+	res := make([]map[string]any, 0, len(req.Acknowledgments))
+	for i := range req.Acknowledgments {
+		res = append(res, map[string]any{"index": i, "success": true, "error": nil})
+	}
+	writeJSONTest(w, 200, res)
 }
 
 func TestBenchRetriesPushes(t *testing.T) {
