@@ -171,7 +171,9 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 				// it caught up with the leader (a lease it had not applied,
 				// say): look again once it has, so that the park below
 				// waits for the right timer.
-				_ = s.localRead(ctx)
+				rctx, cancel := context.WithDeadline(ctx, deadline)
+				_ = s.localRead(rctx) // no longer than the pop may wait
+				cancel()
 				if again, err := s.state.CheckPopAs(c, principalOf(r), time.Now().UnixMicro(), false); err == nil {
 					check = again
 				}
