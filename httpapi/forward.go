@@ -309,16 +309,20 @@ func (f *forwarder) do(ctx context.Context, r *http.Request, body []byte, leader
 	// connection when a reused one broke after the request went out: the
 	// leader may have leased for the first, and a second would lease again,
 	// or fail to dial and read as "nothing was applied". Once the request
-	// has been written, a second connection cancels it instead.
+	// has been written, a second connection cancels it instead. Only
+	// bodiless GETs are resent that way, so only they carry the trace (the
+	// forwarded pushes and acks are POSTs with bodies).
 	var wrote atomic.Bool
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
-		GetConn: func(string) {
-			if wrote.Load() {
-				cancel()
-			}
-		},
-	})
+	if r.Method == http.MethodGet {
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+			WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
+			GetConn: func(string) {
+				if wrote.Load() {
+					cancel()
+				}
+			},
+		})
+	}
 	req, err := http.NewRequestWithContext(ctx, r.Method, strings.TrimRight(leader, "/")+uri, rd)
 	if err != nil {
 		cancel()

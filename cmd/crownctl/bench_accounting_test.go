@@ -80,18 +80,12 @@ func (f *bigQueen) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == "/health":
 		writeJSONTest(w, 200, map[string]any{"status": "healthy"})
 	case r.URL.Path == "/api/v1/push":
-		var req struct {
-			Items []struct {
-				TransactionID string          `json:"transactionId"`
-				Payload       json.RawMessage `json:"payload"`
-			} `json:"items"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			apiErr(w, 400, "invalid_json", "", err.Error())
+		items, ok := decodeFakePush(w, r)
+		if !ok {
 			return
 		}
 		var res []map[string]any
-		for i, it := range req.Items {
+		for i, it := range items {
 			m, _ := json.Marshal(map[string]any{"transactionId": it.TransactionID, "partitionId": "pid", "leaseId": "l1", "data": it.Payload})
 			f.pending = append(f.pending, m)
 			res = append(res, map[string]any{"index": i, "status": "queued", "transaction_id": it.TransactionID})

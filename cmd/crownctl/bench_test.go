@@ -142,18 +142,12 @@ func (f *fakeQueen) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			apiErr(w, 400, "limit_exceeded", "items", "too many")
 			return
 		}
-		var req struct {
-			Items []struct {
-				TransactionID string          `json:"transactionId"`
-				Payload       json.RawMessage `json:"payload"`
-			} `json:"items"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			apiErr(w, 400, "invalid_json", "", err.Error())
+		items, ok := decodeFakePush(w, r)
+		if !ok {
 			return
 		}
 		var res []map[string]any
-		for i, it := range req.Items {
+		for i, it := range items {
 			st := "queued"
 			if f.seen[it.TransactionID] {
 				st = "duplicate"
@@ -188,6 +182,25 @@ func (f *fakeQueen) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		apiErr(w, 404, "not_found", "", "no route")
 	}
+}
+
+// fakePushItem is what the fake servers read of a pushed item.
+type fakePushItem struct {
+	TransactionID string          `json:"transactionId"`
+	Payload       json.RawMessage `json:"payload"`
+}
+
+// decodeFakePush reads a push request's items, answering 400 when it
+// cannot.
+func decodeFakePush(w http.ResponseWriter, r *http.Request) ([]fakePushItem, bool) {
+	var req struct {
+		Items []fakePushItem `json:"items"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		apiErr(w, 400, "invalid_json", "", err.Error())
+		return nil, false
+	}
+	return req.Items, true
 }
 
 // ackAllSucceeded answers an ack/batch with every acknowledgment applied.
