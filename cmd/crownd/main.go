@@ -91,7 +91,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.HTTPAdvertise, "http-advertise", "", "URL other nodes use to reach this node's HTTP API (default: http://<raft host>:<http port>)")
 	fs.StringVar(&c.RaftAddr, "raft-addr", "127.0.0.1:7632", "address the Raft transport listens on")
 	fs.StringVar(&c.RaftAdvertise, "raft-advertise", "", "address other nodes dial for Raft (default: --raft-addr)")
-	fs.StringVar(&peers, "peers", "", "initial voters as id@raftaddr,... (absent: single-node bootstrap); every node may get the same list")
+	fs.StringVar(&peers, "peers", "", "initial voters as id@raftaddr,..., this node among them at its --raft-advertise address (absent: single-node bootstrap); every node may get the same list")
 	fs.StringVar(&c.Join, "join", "", "URL of any node of an existing cluster to join (instead of bootstrapping)")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "json", "log format: json or text")
@@ -166,6 +166,9 @@ Flags:
 	}
 	if c.RaftAdvertise == "" {
 		c.RaftAdvertise = c.RaftAddr
+	}
+	if err := checkPeersHoldSelf(c.Peers, c.NodeID, c.RaftAdvertise); err != nil {
+		return nil, err
 	}
 	if strings.TrimSpace(c.DataDir) == "" {
 		return nil, errors.New("--data-dir must not be empty")
@@ -252,6 +255,27 @@ func parsePeers(s string) ([]raftnode.Peer, error) {
 	return out, nil
 }
 
+// checkPeersHoldSelf refuses a bootstrap list that leaves this node out or
+// names it at another address than the one it advertises. Raft would
+// bootstrap such a node as a non-member that cannot vote for itself, or
+// let the others dial an address it does not answer on: a cluster that
+// never elects a leader, found only by reading the logs of all three.
+func checkPeersHoldSelf(peers []raftnode.Peer, nodeID, raftAdvertise string) error {
+	if len(peers) == 0 {
+		return nil
+	}
+	for _, p := range peers {
+		if p.ID != nodeID {
+			continue
+		}
+		if p.Addr != raftAdvertise {
+			return fmt.Errorf("--peers names %s at %s, but this node advertises %s (--raft-advertise, default --raft-addr)", nodeID, p.Addr, raftAdvertise)
+		}
+		return nil
+	}
+	return fmt.Errorf("--peers must list this node (--node-id %s) among the initial voters", nodeID)
+}
+
 // deriveAdvertise builds http://<host of the raft address>:<http port>.
 // checkListenAddr checks a host:port to listen on (an empty host: every
 // interface; port 0: any free port).
@@ -321,6 +345,12 @@ func bootID() string {
 
 func run(c *config) error {
 	log := newLogger(c)
+	// Installed before anything opens, so a signal while the node starts
+	// (a long replay, a migration) is not the default action, which kills
+	// without closing: it is taken up once the node is serving.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
 	state, err := fsm.Open(fsm.Config{Dir: filepath.Join(c.DataDir, "state"), NodeID: c.NodeID,
 		Logger: log, Sync: c.FSMSync, Writeback: c.FSMWriteback, BootID: bootID()})
 	if err != nil {
@@ -382,8 +412,6 @@ func run(c *config) error {
 		timers.SetLeader(true)
 	}
 
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	select {
 	case s := <-sigs:
 		log.Info("shutting down", "signal", s.String())
@@ -391,6 +419,9 @@ func run(c *config) error {
 		log.Error("http server stopped", "error", err)
 	}
 	cancel()
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go forceOnSecondSignal(sigs, stopped, log)
 	// Stop accepting, answer parked long-polls, let in-flight requests finish.
 	api.Drain()
 	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -404,6 +435,21 @@ func run(c *config) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// forceOnSecondSignal exits at once when a second SIGTERM or SIGINT arrives
+// before the graceful shutdown ends (it may wait up to 30 s for in-flight
+// requests), as an operator pressing Ctrl-C twice expects. Exiting without
+// the clean close loses nothing acknowledged: every acknowledged write is in
+// a fsynced Raft log, which the next start replays, exactly as after a
+// SIGKILL.
+func forceOnSecondSignal(sigs <-chan os.Signal, stopped <-chan struct{}, log *slog.Logger) {
+	select {
+	case s := <-sigs:
+		log.Warn("second signal during shutdown: exiting without a clean close", "signal", s.String())
+		os.Exit(1)
+	case <-stopped:
+	}
 }
 
 func mustMembers(n *raftnode.Node) []raftnode.Member {

@@ -151,6 +151,12 @@ func TestOpsBadValueRefusedBeforeDataDirIsWritten(t *testing.T) {
 			_, port, _ := net.SplitHostPort(r)
 			return []string{"--http-addr", h, "--raft-addr", "0.0.0.0:" + port}
 		}},
+		{"--peers without this node", "--peers", func(h, r string) []string {
+			return []string{"--http-addr", h, "--raft-addr", r, "--peers", "node2@127.0.0.1:1,node3@127.0.0.1:2"}
+		}},
+		{"--peers naming this node at another address", "--peers", func(h, r string) []string {
+			return []string{"--http-addr", h, "--raft-addr", r, "--peers", "node1@127.0.0.1:1,node2@127.0.0.1:2"}
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "data")
@@ -541,6 +547,75 @@ func TestOpsSIGINTGracefulShutdown(t *testing.T) {
 	after := stableDigest(t, cl)
 	if after.AppliedIndex != before.AppliedIndex || after.Digest != before.Digest {
 		t.Errorf("state after SIGINT and restart %d/%s, before %d/%s", after.AppliedIndex, after.Digest, before.AppliedIndex, before.Digest)
+	}
+}
+
+// A second SIGTERM while the graceful shutdown waits for an in-flight request
+// exits at once instead of after the 30 s grace, and loses nothing that was
+// acknowledged: the restarted node holds the push answered before.
+func TestOpsSecondSignalExitsAtOnce(t *testing.T) {
+	c := tc.Start(t, 1)
+	node := c.Node(0)
+	cl := node.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if _, err := cl.Push(ctx, []tc.PushItem{{Queue: "twice", Payload: 1, TransactionID: "t-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	// A request whose body never finishes keeps the shutdown waiting.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(node.URL(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"items\":["); err != nil {
+		t.Fatal(err)
+	}
+	proc, err := os.FindProcess(opsPid(t, node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// The first signal is being handled once the node stops answering
+	// health checks as healthy (Drain) or logs it.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if log, _ := node.CurrentLog(); strings.Contains(log, "shutting down") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no shutdown logged 20 s after the first SIGTERM")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if !node.Running() {
+		t.Fatal("crownd exited before the in-flight request ended: the test cannot tell a forced exit from a graceful one")
+	}
+	if err := proc.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// The graceful path would wait for the request up to its 30 s grace.
+	for deadline := time.Now().Add(15 * time.Second); node.Running(); {
+		if time.Now().After(deadline) {
+			t.Fatal("crownd still running 15 s after a second SIGTERM")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code := node.ExitCode(); code != 1 {
+		t.Errorf("exit status %d after a second SIGTERM, want 1", code)
+	}
+	if log, _ := node.CurrentLog(); !strings.Contains(log, "second signal during shutdown") {
+		t.Errorf("log does not record the forced exit:\n%s", lastLines(log, 5))
+	}
+	node.Restart()
+	if _, err := c.WaitLeader(tc.LeaderTimeout); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := cl.Pop(ctx, "twice", tc.PopParams{Batch: 10})
+	if err != nil || len(msgs) != 1 || msgs[0].TransactionID != "t-1" {
+		t.Fatalf("after a forced exit and restart: %v, %+v (want the one acknowledged push)", err, msgs)
 	}
 }
 
