@@ -47,6 +47,12 @@ func applyDeleteGroup(a *applier, c *DeleteGroup) any {
 			a.events.touch(q.Name)
 		}
 	}
+	if !c.OneQueue {
+		// Its round-robin pointers across the queues of discovery scopes:
+		// they name queues rather than belong to one, so deleting the group
+		// on one queue leaves them, like its discovery subscriptions.
+		must(a.tx.DeleteDiscoveryFrom(c.Group))
+	}
 	if c.DeleteMetadata {
 		// Records are keyed by names, not ids, so those naming a deleted
 		// (or not yet created) queue go too.

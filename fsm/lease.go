@@ -1,6 +1,9 @@
 package fsm
 
 import (
+	"slices"
+	"strings"
+
 	"github.com/crownmq/crown/segments"
 )
 
@@ -21,7 +24,7 @@ func (a *applier) lease(c *Lease, principal string) any {
 	if must1(loadSetting(a.tx, settingPopMaintenance)).On {
 		return res
 	}
-	queues := candidateQueues(a.tx, c)
+	queues, rrFrom := candidateQueues(a.tx, c)
 	if c.Scope != ScopeDiscovery {
 		for _, q := range queues {
 			if q.OJS != nil && !allowed(q.OJS.Limits.RestrictConsumers, q.OJS.Limits.Consumers, principal) {
@@ -36,32 +39,56 @@ func (a *applier) lease(c *Lease, principal string) any {
 	if c.Scope == ScopeSpecific {
 		p.maxParts = 1
 	}
+	lastClaimed, claimedAny := "", false
 	for _, q := range queues {
 		if p.done() {
 			break
 		}
-		if q.OJS != nil && q.OJS.Gate != 0 {
-			ok, room := a.popGate(&p, q)
-			if !ok {
-				continue
-			}
-			if room >= 0 && p.claimed+uint32(room) < p.maxParts {
-				// max_concurrency: at most room more batches from this queue.
-				saved := p.maxParts
-				p.maxParts = p.claimed + uint32(room)
-				a.popQueue(&p, q)
-				p.maxParts = saved
-				continue
-			}
+		before := p.claimed
+		a.popGated(&p, q)
+		if p.claimed > before {
+			lastClaimed, claimedAny = q.Name, true
 		}
-		a.popQueue(&p, q)
+	}
+	// The smallest name after lastClaimed: the next discovery pop of the
+	// group on this scope starts at the queue after it. Unchanged (the
+	// same queue served last again), it is not written again.
+	if next := lastClaimed + "\x00"; claimedAny && c.Scope == ScopeDiscovery && next != rrFrom {
+		must(a.tx.PutDiscoveryFrom(c.Group, c.Namespace, c.Task, next))
 	}
 	return res
 }
 
-// candidateQueues are the queues a pop's scope covers, in name order.
-func candidateQueues(tx *segments.Tx, c *Lease) []*segments.Queue {
-	var queues []*segments.Queue
+// popGated pops from q within the limits its OJS rules set: a paused,
+// deleting or refusing queue is skipped, and max_concurrency caps how many
+// more batches it gives.
+func (a *applier) popGated(p *popState, q *segments.Queue) {
+	if q.OJS != nil && q.OJS.Gate != 0 {
+		ok, room := a.popGate(p, q)
+		if !ok {
+			return
+		}
+		if room >= 0 && p.claimed+uint32(room) < p.maxParts {
+			// max_concurrency: at most room more batches from this queue.
+			saved := p.maxParts
+			p.maxParts = p.claimed + uint32(room)
+			a.popQueue(p, q)
+			p.maxParts = saved
+			return
+		}
+	}
+	a.popQueue(p, q)
+}
+
+// candidateQueues are the queues a pop's scope covers. A discovery pop
+// walks them in the group's round-robin order for its scope: from the queue
+// after the one it last claimed from, in name order, wrapping around, so
+// that busy queues cannot starve quiet ones (queen-api.md 4.5), as
+// forEachPartitionRR does for one queue's partitions. The pop check walks
+// them in the same order, so the batch it counts is the one a pop would
+// take. rrFrom is the stored pointer the walk started at ("" for other
+// scopes).
+func candidateQueues(tx *segments.Tx, c *Lease) (queues []*segments.Queue, rrFrom string) {
 	if c.Scope == ScopeDiscovery {
 		must(tx.ForEachQueue(func(q *segments.Queue) (bool, error) {
 			if (c.Namespace == "" || q.Namespace == c.Namespace) && (c.Task == "" || q.Task == c.Task) {
@@ -69,10 +96,25 @@ func candidateQueues(tx *segments.Tx, c *Lease) []*segments.Queue {
 			}
 			return true, nil
 		}))
-	} else if q := must1(tx.Queue(c.Queue)); q != nil {
+		rrFrom = tx.DiscoveryFrom(c.Group, c.Namespace, c.Task)
+		return rotateFrom(queues, rrFrom), rrFrom
+	}
+	if q := must1(tx.Queue(c.Queue)); q != nil {
 		queues = append(queues, q)
 	}
-	return queues
+	return queues, ""
+}
+
+// rotateFrom reorders queues, which are in name order, to start at the first
+// named from or after, the ones before it following.
+func rotateFrom(queues []*segments.Queue, from string) []*segments.Queue {
+	i, _ := slices.BinarySearchFunc(queues, from, func(q *segments.Queue, from string) int {
+		return strings.Compare(q.Name, from)
+	})
+	if i == 0 || i == len(queues) {
+		return queues
+	}
+	return slices.Concat(queues[i:], queues[:i])
 }
 
 type popState struct {

@@ -122,7 +122,8 @@ func (f *FSM) CheckPopAs(c *Lease, principal string, now int64, count bool) (Pop
 // forEachCandidate walks the queues and partitions a pop's scope covers
 // until part returns false.
 func forEachCandidate(tx *segments.Tx, c *Lease, queue func(*segments.Queue), part func(*segments.Queue, *segments.Partition) bool) {
-	for _, q := range candidateQueues(tx, c) {
+	queues, _ := candidateQueues(tx, c)
+	for _, q := range queues {
 		queue(q)
 		if c.Scope == ScopeSpecific {
 			if p := must1(tx.Partition(q.ID, c.Partition)); p != nil && !part(q, p) {

@@ -44,6 +44,10 @@ var (
 	bucketStreamSources = []byte("stream_sources") // len-prefixed source queue, id(16) -> empty
 	bucketStreamState   = []byte("stream_state")   // id(16) partition uuid(16) key -> state row
 
+	// Each group's round-robin pointer across the queues of a discovery
+	// pop's scope (discovery.go).
+	bucketDiscoveryRR = []byte("discovery_rr") // len-prefixed group, namespace, task -> queue name the next pop starts at
+
 	// bucketFiles accounts for the blob files (blobs.go). It is physical
 	// layout, not state: it is left out of allBuckets and so of the digest.
 	bucketFiles = []byte("files") // 'g', 'a', 'f' file(8) -> fileRec
@@ -63,6 +67,8 @@ var allBuckets = [][]byte{
 	bucketTraces, bucketTraceNames, bucketTraceOrder, bucketPushBuffer,
 	bucketStreamQueries, bucketStreamNames, bucketStreamSources, bucketStreamState,
 	bucketTxGone, bucketTxGoneAt,
+	// Added last: the buckets before it keep their place in the digest.
+	bucketDiscoveryRR,
 }
 
 // Keys of the meta bucket.

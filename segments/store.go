@@ -545,6 +545,7 @@ const (
 	bStreamState
 	bTxGone
 	bTxGoneAt
+	bDiscoveryRR
 )
 
 var bucketOrder = [...][]byte{
@@ -560,6 +561,8 @@ var bucketOrder = [...][]byte{
 	bStreamSources: bucketStreamSources, bStreamState: bucketStreamState,
 	// Deduplication of deleted messages (dedup.go).
 	bTxGone: bucketTxGone, bTxGoneAt: bucketTxGoneAt,
+	// Round robin across the queues of discovery pops (discovery.go).
+	bDiscoveryRR: bucketDiscoveryRR,
 }
 
 func newTx(btx *bolt.Tx, s *Store) *Tx {

@@ -121,7 +121,8 @@ func (t *Tx) DeleteBufferedPush(b *BufferedPush) error {
 // still whole, and opening it creates them empty, as Open does for a state
 // file. Every other bucket missing from a snapshot means it is damaged.
 var bucketsAddedLater = [][]byte{bucketTraces, bucketTraceNames, bucketTraceOrder, bucketPushBuffer,
-	bucketStreamQueries, bucketStreamNames, bucketStreamSources, bucketStreamState, bucketTxGone, bucketTxGoneAt}
+	bucketStreamQueries, bucketStreamNames, bucketStreamSources, bucketStreamState, bucketTxGone, bucketTxGoneAt,
+	bucketDiscoveryRR}
 
 func addedLater(name []byte) bool {
 	for _, b := range bucketsAddedLater {
