@@ -125,14 +125,7 @@ func TestDiscoveryPointerIsStateInTheDigestAndSavepoints(t *testing.T) {
 // opening it creates the bucket empty, and the state digests as a store
 // that never had a pointer.
 func TestStateWithoutDiscoveryBucketOpensAndRestores(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
-	s, err := Open(path, StoreOptions{NoSync: true, VerifyCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p *Partition
-	update(t, s, func(tx *Tx) error { p = newPartition(t, tx, "q", "p"); return nil })
-	fill(t, s, p, 3, "m")
+	path, s, _ := filledStore(t, 3)
 	_, want, err := s.Digest()
 	if err != nil {
 		t.Fatal(err)
