@@ -3,12 +3,15 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/crownmq/crown/fsm"
+	"github.com/crownmq/crown/raftnode"
 )
 
 // maxPopTimeout bounds a long-poll; larger timeouts are clamped.
@@ -110,6 +113,20 @@ func (s *Server) popHandler(scope uint8) http.HandlerFunc {
 // is deliverable (or a first contact must be recorded), and otherwise parks
 // until a commit on this node may have made something deliverable, a
 // timer (lease expiry, delay, window) passes, or the deadline.
+//
+// Every pop, long-poll or not, takes its place in its scope's line at
+// arrival and looks at the state only in its turn (waiters, below), so the
+// pops waiting on a scope are served in arrival order (queen-api.md 4.9).
+// A pop that arrives while nobody ahead of it in its line wants to look
+// gets the turn at once and proceeds as it would alone. One that arrives
+// while pops ahead of it are woken and not yet served waits for them: it
+// arrived later, and letting it claim first is exactly the race the line
+// is there to prevent. Its wait is their looks and hand-offs to the
+// proposer (tens of microseconds each), never their commits. One that
+// finds something to claim while pops ahead of it are still parked lets
+// them look first, once (waiters.yield): what it saw is about to wake them
+// (a commit whose notify has not run yet, a lease expired before their
+// timer fired), and they arrived first.
 func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arrival time.Time) {
 	ctx := r.Context()
 	deadline := arrival.Add(p.timeout)
@@ -124,17 +141,27 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 	// (queen-api.md 3.5). Later attempts, after a wake-up, use the local
 	// state as a hint: it has caught up with whatever woke it.
 	first := true
+	wt := s.waiters.join(c, arrival)
+	defer s.waiters.leave(wt)
+	// park: the last look found nothing, and the pop waits to be woken
+	// (until wakeAt, when a timer may make something deliverable) rather
+	// than for a turn it asked for.
+	park, wakeAt := false, int64(0)
 	for {
-		var wt *waiter
-		if p.wait {
-			// Register before checking, so a commit between the check and
-			// the wait cannot be missed.
-			wt = s.waiters.add(c)
+		var until time.Time // a pop that has parked answers at its deadline, turn or not
+		if parked {
+			until = deadline
+		}
+		switch s.awaitTurn(ctx, wt, park, wakeAt, until) {
+		case turnGone:
+			return // the client left: claim nothing
+		case turnOver:
+			s.answerEmpty(w)
+			return
 		}
 		count := p.wait && !parked && c.Batch > 1
 		check, err := s.state.CheckPopAs(c, principalOf(r), time.Now().UnixMicro(), count)
 		if err != nil {
-			s.waiters.remove(wt)
 			writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
 			return
 		}
@@ -144,26 +171,35 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 		askLeader := first && !s.cluster.IsLeader()
 		first = false
 		if check.Maintenance && !askLeader {
-			s.waiters.remove(wt)
 			s.metrics.popEmpty.Inc()
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
 		if askLeader || check.Deliverable > 0 || check.NeedsRecord || check.Denied {
+			if check.Deliverable > 0 && !askLeader && s.waiters.yield(wt) {
+				park, wakeAt = false, 0
+				continue // a pop ahead of this one looks first; this one keeps its place
+			}
 			if p.wait && !parked && check.Deliverable > 0 && check.Deliverable < c.Batch && c.Batch > 1 && check.MinPopWait > 0 {
+				// The batch fills without the turn: the pops behind may
+				// look meanwhile (their own fill waits overlap), and this
+				// one claims in its turn again, in its place.
+				s.waiters.pass(wt)
 				s.fillWait(ctx, check.MinPopWait, deadline)
+				if s.awaitTurn(ctx, wt, false, 0, time.Time{}) != turnHeld {
+					return
+				}
 			}
 			if ctx.Err() != nil {
-				s.waiters.remove(wt)
 				return // the client left: claim nothing
 			}
 			until := time.Time{}
 			if p.wait {
 				until = deadline
 			}
-			delivered, done := s.attemptPop(w, r, c, check.Encrypted, until)
+			delivered, done := s.attemptPop(w, r, c, check.Encrypted, until, s.waiters.handOff(wt))
+			s.waiters.pass(wt)
 			if done || delivered {
-				s.waiters.remove(wt)
 				return
 			}
 			if askLeader {
@@ -178,41 +214,78 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 					check = again
 				}
 			}
+		} else {
+			s.waiters.pass(wt)
 		}
-		now := time.Now()
 		// check.Maintenance here: the leader delivered nothing either, so
 		// the switch is as this node sees it and the pop answers at once.
-		if !p.wait || !now.Before(deadline) || s.draining() || check.Maintenance {
-			s.waiters.remove(wt)
-			s.metrics.popEmpty.Inc()
-			if w.Header().Get(headerIndex) == "" && s.cluster.IsLeader() {
-				// The state this answer was read from, for a follower that
-				// relays it (forwardPop) to catch up with.
-				w.Header().Set(headerIndex, strconv.FormatUint(s.state.AppliedIndex(), 10))
-			}
-			w.WriteHeader(http.StatusNoContent)
+		if !p.wait || !time.Now().Before(deadline) || s.draining() || check.Maintenance {
+			s.answerEmpty(w)
 			return
 		}
-		until := deadline
-		if check.WakeAt > 0 {
-			if t := time.UnixMicro(check.WakeAt); t.Before(until) {
-				until = t
-			}
-		}
-		s.metrics.parked.add(p.lease.Queue, 1)
-		parked = true
-		timer := time.NewTimer(max(time.Until(until), 0))
+		park, wakeAt, parked = true, check.WakeAt, true
+	}
+}
+
+// answerEmpty answers a pop that delivered nothing.
+func (s *Server) answerEmpty(w http.ResponseWriter) {
+	s.metrics.popEmpty.Inc()
+	if w.Header().Get(headerIndex) == "" && s.cluster.IsLeader() {
+		// The state this answer was read from, for a follower that
+		// relays it (forwardPop) to catch up with.
+		w.Header().Set(headerIndex, strconv.FormatUint(s.state.AppliedIndex(), 10))
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+type turnOutcome uint8
+
+const (
+	turnHeld turnOutcome = iota // the pop may look
+	turnGone                    // the client left
+	turnOver                    // the deadline passed or the node drains: answer 204
+)
+
+// awaitTurn waits until wt holds its line's turn. A pop that wants to look
+// now (a new one, one that yielded, one back from a fill wait) asks for the
+// turn; a parked one (park) waits until a commit wakes its line or, at
+// wakeAt (Unix µs, 0: never), a timer may have made something deliverable,
+// which wakes its line too: the pops parked with it read the same state and
+// would all wake then. A parked pop stops waiting when the node drains;
+// every wait stops at until (zero: none) and when the client leaves.
+func (s *Server) awaitTurn(ctx context.Context, wt *waiter, park bool, wakeAt int64, until time.Time) turnOutcome {
+	s.waiters.ready(wt, !park)
+	var wake, over <-chan time.Time
+	if park && wakeAt > 0 && (until.IsZero() || time.UnixMicro(wakeAt).Before(until)) {
+		t := time.NewTimer(max(time.Until(time.UnixMicro(wakeAt)), 0))
+		defer t.Stop()
+		wake = t.C
+	}
+	if !until.IsZero() {
+		t := time.NewTimer(max(time.Until(until), 0))
+		defer t.Stop()
+		over = t.C
+	}
+	var closing <-chan struct{}
+	if park {
+		closing = s.closing
+		queue := wt.line.key.queue
+		s.metrics.parked.add(queue, 1)
+		defer s.metrics.parked.add(queue, -1)
+	}
+	for {
 		select {
 		case <-wt.ch:
-		case <-timer.C:
+			return turnHeld
+		case <-wake:
+			wake = nil
+			s.waiters.wake(wt)
+		case <-over:
+			return turnOver
+		case <-closing:
+			return turnOver
 		case <-ctx.Done():
-		case <-s.closing:
-		}
-		timer.Stop()
-		s.metrics.parked.add(p.lease.Queue, -1)
-		s.waiters.remove(wt)
-		if ctx.Err() != nil {
-			return
+			return turnGone
 		}
 	}
 }
@@ -247,10 +320,13 @@ func (s *Server) fillWait(ctx context.Context, ms int64, deadline time.Time) {
 
 // attemptPop proposes the lease on the leader, or asks the leader to try one
 // (wait=false) from a follower. delivered reports a 200 written; done
-// reports any other response written (an error).
-func (s *Server) attemptPop(w http.ResponseWriter, r *http.Request, c *fsm.Lease, encrypted bool, until time.Time) (delivered, done bool) {
+// reports any other response written (an error). handedOff is called once
+// the lease has its place: queued for the log here (the state machine
+// applies leases in that order), or the relayed pop written to the leader.
+func (s *Server) attemptPop(w http.ResponseWriter, r *http.Request, c *fsm.Lease, encrypted bool, until time.Time,
+	handedOff func()) (delivered, done bool) {
 	if !s.cluster.IsLeader() {
-		return s.forwardPop(w, r, until)
+		return s.forwardPop(w, r, until, handedOff)
 	}
 	if aerr := s.canOpen(c, encrypted); aerr != nil {
 		writeError(w, aerr)
@@ -263,9 +339,9 @@ func (s *Server) attemptPop(w http.ResponseWriter, r *http.Request, c *fsm.Lease
 	// Not commit: a pop refused here for want of leadership must not be
 	// relayed as the client sent it (wait=true would long-poll on the
 	// leader past this pop's deadline); forwardPop asks for one attempt.
-	res, ok, notLeader := s.proposeHere(w, r, cmd, nil, writeError)
+	res, ok, notLeader := s.proposeHere(w, r.WithContext(raftnode.WithEnqueued(r.Context(), handedOff)), cmd, nil, writeError)
 	if notLeader {
-		return s.forwardPop(w, r, until)
+		return s.forwardPop(w, r, until, handedOff)
 	}
 	if !ok {
 		return false, true
@@ -331,7 +407,15 @@ func (s *Server) giveBack(ctx context.Context, lr *fsm.LeaseResult, aerr *apiErr
 // answer but a 204. A long-poll gives until, its deadline: waiting for a
 // leader stops there, and the pop then answers 204 as its timeout says
 // (queen-api.md 1.6), since nothing was leased.
-func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, until time.Time) (delivered, done bool) {
+//
+// handedOff is called once the request is written to the leader, or before
+// any wait for a leader (none known, or its address not registered yet) or
+// after a failed dial, so that the pops behind this one in its line are not
+// held up for a whole election. The relayed pops of a line therefore reach
+// the leader's connections in their order, each written before the next
+// starts; the leader serves each connection on its own goroutine, so its
+// lines see them in that order nearly always, not always.
+func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, until time.Time, handedOff func()) (delivered, done bool) {
 	lctx := r.Context()
 	if !until.IsZero() {
 		var cancel context.CancelFunc
@@ -342,7 +426,17 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, until time.T
 		return !until.IsZero() && !time.Now().Before(until) && r.Context().Err() == nil &&
 			(aerr.notSent || aerr.Code == codeNoLeader)
 	}
-	leader, aerr := s.leaderURL(lctx)
+	var (
+		leader string
+		aerr   *apiError
+	)
+	if id, _ := s.cluster.Leader(); id != "" && id != s.cfg.NodeID {
+		leader = s.nodeURL(id) // leaderURL's answer when it need not wait
+	}
+	if leader == "" {
+		handedOff()
+		leader, aerr = s.leaderURL(lctx)
+	}
 	if aerr != nil {
 		if timedOut(aerr) {
 			return false, false
@@ -356,7 +450,15 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, until time.T
 	q := r.URL.Query()
 	q.Set("wait", "false")
 	uri := r.URL.EscapedPath() + "?" + q.Encode()
-	resp, aerr := s.fwd.doRetryingUntil(r.Context(), until, r, nil, leader, uri)
+	trace := &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) { handedOff() },
+		ConnectDone: func(_, _ string, err error) {
+			if err != nil {
+				handedOff() // doRetryingUntil waits for a reachable leader
+			}
+		},
+	}
+	resp, aerr := s.fwd.doRetryingUntil(httptrace.WithClientTrace(r.Context(), trace), until, r, nil, leader, uri)
 	if aerr == errBecameLeader {
 		return false, false // the next round proposes here
 	}
@@ -390,87 +492,282 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, until time.T
 	return resp.StatusCode == http.StatusOK, resp.StatusCode != http.StatusOK
 }
 
-// ---- long-poll waiters ----
+// ---- long-poll lines ----
 
-// waiters parks pops by queue. A commit that touches a queue signals every
-// pop parked on it (and every discovery pop, whose scope spans queues); each
-// re-checks the state and at most one claims a given partition.
+// waiters keeps the pops of each scope in a line, by arrival, and gives
+// them the turn to look at the state and hand their lease on one at a time,
+// so that the pops waiting on a scope are served in arrival order
+// (queen-api.md 4.9).
+//
+// A scope (lineKey) is a pop form with its queue (wildcard), queue and
+// partition (specific) or namespace and task (discovery), and the consumer
+// group. Pops of other groups do not compete (each group gets every
+// message), so they are in other lines and never wait for each other; nor
+// are the forms ordered against each other.
+//
+// A commit that touches a queue wakes every line of the queue and every
+// discovery line: all their pops want a look, and the turn goes to the
+// earliest of them. The holder looks (CheckPopAs) and either finds nothing,
+// passes the turn and parks again in its place, or hands its lease to the
+// proposer and passes the turn as soon as the lease is queued
+// (raftnode.WithEnqueued), not when it commits: the state machine applies
+// leases in the order they were queued, so the earlier pop's lease claims
+// first, and the later one's claims what is left (or nothing: that pop
+// looks again at its next wake-up, still in its place). On a follower the
+// turn passes once the relayed pop is written to the leader (forwardPop).
+//
+// A pop whose lease is queued or relayed (inFlight) gets no turn until it is
+// answered: its lease is already ahead of the later ones in the log, and
+// holding the line until it commits would put every commit between two
+// pops of a scope. The price: a lease claims only what was committed before
+// it. When more pops are woken than there are messages, the later ones'
+// leases come back empty; if a message commits between such an empty lease
+// and the lease of a pop behind it, the pop behind gets it, and the one
+// whose lease came back empty waits for the next. A pop that leaves
+// (answered, timed out, its client gone, the node draining) leaves its line
+// and passes the turn if it held it.
+//
+// The order is per node. Pops parked on different nodes are in different
+// lines, and their leases reach the log in whatever order the nodes send
+// them. The leader serves a follower's relayed pops in its own lines, by
+// the time they reached it. A follower's new pop asks the leader before it
+// looks here (pop, first round), so for as long as this node lags the
+// leader it can claim a message before the pops parked here are woken by
+// it.
+//
+// Lock order: mu is a leaf. It is never held while calling out (granting a
+// turn is a send on a buffered channel); the parked gauge and the state
+// are used outside it. It is taken by the apply goroutine (notify), by the
+// pops, and by hand-off callbacks run inside Propose or the HTTP client's
+// write loop, none of which holds another lock of this package then.
 type waiters struct {
 	mu        sync.Mutex
-	byQueue   map[string]map[*waiter]struct{}
-	discovery map[*waiter]struct{}
+	lines     map[lineKey]*popLine
+	byQueue   map[string]map[*popLine]struct{} // wildcard and specific lines
+	discovery map[*popLine]struct{}
+}
+
+type lineKey struct {
+	scope                                    uint8
+	queue, partition, namespace, task, group string
+}
+
+type popLine struct {
+	key  lineKey
+	pops []*waiter // by arrival
+	turn *waiter   // the pop looking now (nil: none)
 }
 
 type waiter struct {
-	queue string // "" with discovery
-	disc  bool
-	ch    chan struct{}
+	line    *popLine // set at join, never changed
+	arrival time.Time
+	// ch carries the turn. It never holds more than one grant: a pop is
+	// granted only while it waits (waiting), and takes the grant before it
+	// waits again, or leaves.
+	ch chan struct{}
+	// Guarded by waiters.mu.
+	wants    bool // new, woken or yielding: it wants a look
+	waiting  bool // in awaitTurn: the turn may be given to it
+	inFlight bool // its lease is queued (or relayed): no turn until it is answered
+	yielded  bool // it gave its turn back during the current look (yield)
+	grants   uint64
 }
 
 func newWaiters() *waiters {
-	return &waiters{byQueue: map[string]map[*waiter]struct{}{}, discovery: map[*waiter]struct{}{}}
+	return &waiters{lines: map[lineKey]*popLine{}, byQueue: map[string]map[*popLine]struct{}{},
+		discovery: map[*popLine]struct{}{}}
 }
 
-func (ws *waiters) add(c *fsm.Lease) *waiter {
-	w := &waiter{queue: c.Queue, disc: c.Scope == fsm.ScopeDiscovery, ch: make(chan struct{}, 1)}
-	ws.mu.Lock()
-	if w.disc {
-		ws.discovery[w] = struct{}{}
-	} else {
-		set := ws.byQueue[w.queue]
-		if set == nil {
-			set = map[*waiter]struct{}{}
-			ws.byQueue[w.queue] = set
-		}
-		set[w] = struct{}{}
+// join puts a pop in its scope's line, wanting a look. Pops join nearly in
+// order of arrival, so the place is found from the end; pops that arrived
+// at the same instant keep the order they joined in.
+func (ws *waiters) join(c *fsm.Lease, arrival time.Time) *waiter {
+	key := lineKey{scope: c.Scope, group: c.Group}
+	switch c.Scope {
+	case fsm.ScopeDiscovery:
+		key.namespace, key.task = c.Namespace, c.Task
+	case fsm.ScopeSpecific:
+		key.queue, key.partition = c.Queue, c.Partition
+	default:
+		key.queue = c.Queue
 	}
-	ws.mu.Unlock()
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	l := ws.lines[key]
+	if l == nil {
+		l = &popLine{key: key}
+		ws.lines[key] = l
+		if key.scope == fsm.ScopeDiscovery {
+			ws.discovery[l] = struct{}{}
+		} else {
+			set := ws.byQueue[key.queue]
+			if set == nil {
+				set = map[*popLine]struct{}{}
+				ws.byQueue[key.queue] = set
+			}
+			set[l] = struct{}{}
+		}
+	}
+	w := &waiter{line: l, arrival: arrival, ch: make(chan struct{}, 1), wants: true}
+	i := len(l.pops)
+	for i > 0 && arrival.Before(l.pops[i-1].arrival) {
+		i--
+	}
+	l.pops = slices.Insert(l.pops, i, w)
 	return w
 }
 
-func (ws *waiters) remove(w *waiter) {
-	if w == nil {
+// leave takes a pop out of its line for good, passing the turn on if it
+// held it.
+func (ws *waiters) leave(w *waiter) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	l := w.line
+	if i := slices.Index(l.pops, w); i >= 0 {
+		l.pops = slices.Delete(l.pops, i, i+1)
+	}
+	if l.turn == w {
+		l.turn = nil
+	}
+	if len(l.pops) > 0 {
+		ws.grant(l)
 		return
 	}
-	ws.mu.Lock()
-	if w.disc {
-		delete(ws.discovery, w)
-	} else if set := ws.byQueue[w.queue]; set != nil {
-		delete(set, w)
+	delete(ws.lines, l.key)
+	if l.key.scope == fsm.ScopeDiscovery {
+		delete(ws.discovery, l)
+	} else if set := ws.byQueue[l.key.queue]; set != nil {
+		delete(set, l)
 		if len(set) == 0 {
-			delete(ws.byQueue, w.queue)
+			delete(ws.byQueue, l.key.queue)
 		}
 	}
-	ws.mu.Unlock()
 }
 
-func (w *waiter) signal() {
-	select {
-	case w.ch <- struct{}{}:
-	default:
+// ready marks a pop as waiting for the turn (wanting it now, with want) and
+// gives it the turn if nobody ahead wants it.
+func (ws *waiters) ready(w *waiter, want bool) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	w.waiting, w.inFlight = true, false
+	w.wants = w.wants || want
+	ws.grant(w.line)
+}
+
+// pass ends a pop's look: it gives up the turn, if it still holds it, and
+// is no longer in flight (its attempt was answered).
+func (ws *waiters) pass(w *waiter) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	w.inFlight, w.yielded = false, false
+	if w.line.turn == w {
+		w.line.turn = nil
+		ws.grant(w.line)
 	}
 }
 
-// notify runs on the apply goroutine after each commit: it only signals.
+// handOff returns the callback by which the pop's lease, once queued for
+// the log (or its relayed pop written), passes the turn on. It is called
+// at most once per attempt but maybe late, from another goroutine (an
+// HTTP trace hook): a call for an earlier turn than the current one does
+// nothing.
+func (ws *waiters) handOff(w *waiter) func() {
+	ws.mu.Lock()
+	g := w.grants
+	ws.mu.Unlock()
+	return func() {
+		ws.mu.Lock()
+		defer ws.mu.Unlock()
+		if w.line.turn == w && w.grants == g {
+			w.inFlight, w.yielded = true, false
+			w.line.turn = nil
+			ws.grant(w.line)
+		}
+	}
+}
+
+// yield gives the turn back, once per look, when the holder found
+// something to claim while a pop ahead of it in the line is waiting: one
+// woken by a commit during the look, or one parked that has not been woken
+// (yet) by what the holder saw: a new pop can read a commit before its
+// notify has run, or a lease expired before the parked pops' timers fire.
+// Everyone ahead that is not in flight is marked to look again, and the
+// holder keeps its place. Once per look, so that a pop ahead that cannot
+// see what the holder sees (another principal) costs one look, not a loop.
+func (ws *waiters) yield(w *waiter) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	l := w.line
+	if w.yielded || l.turn != w {
+		return false
+	}
+	ahead := l.pops[:slices.Index(l.pops, w)]
+	if !slices.ContainsFunc(ahead, func(e *waiter) bool { return e.waiting }) {
+		return false
+	}
+	for _, e := range ahead {
+		if !e.inFlight {
+			e.wants = true
+		}
+	}
+	w.yielded, w.wants = true, true
+	l.turn = nil
+	ws.grant(l)
+	return true
+}
+
+// grant gives a free turn to the earliest pop that wants it and waits.
+func (ws *waiters) grant(l *popLine) {
+	if l.turn != nil {
+		return
+	}
+	for _, w := range l.pops {
+		if w.wants && w.waiting {
+			l.turn = w
+			w.wants, w.waiting = false, false
+			w.grants++
+			w.ch <- struct{}{} // never blocks: see waiter.ch
+			return
+		}
+	}
+}
+
+// wake makes every pop of w's line want a look: w's timer passed a time at
+// which something may have become deliverable for the whole scope.
+func (ws *waiters) wake(w *waiter) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ws.wakeLine(w.line)
+}
+
+func (ws *waiters) wakeLine(l *popLine) {
+	for _, w := range l.pops {
+		w.wants = true
+	}
+	ws.grant(l)
+}
+
+// notify runs on the apply goroutine after each commit: it wakes the lines
+// the commit may have made something deliverable for.
 func (ws *waiters) notify(e *fsm.Events) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if e.All {
 		for _, set := range ws.byQueue {
-			for w := range set {
-				w.signal()
+			for l := range set {
+				ws.wakeLine(l)
 			}
 		}
 	} else {
 		for q := range e.Queues {
-			for w := range ws.byQueue[q] {
-				w.signal()
+			for l := range ws.byQueue[q] {
+				ws.wakeLine(l)
 			}
 		}
 	}
 	if e.All || len(e.Queues) > 0 {
-		for w := range ws.discovery {
-			w.signal()
+		for l := range ws.discovery {
+			ws.wakeLine(l)
 		}
 	}
 }

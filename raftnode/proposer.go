@@ -122,6 +122,9 @@ func (p *Proposer) Propose(ctx context.Context, cmd fsm.Command) (any, uint64, e
 	pr := &proposal{framed: framed, out: make(chan outcome, 1)}
 	select {
 	case p.in <- pr:
+		if fn, _ := ctx.Value(enqueuedKey{}).(func()); fn != nil {
+			fn()
+		}
 	case <-ctx.Done():
 		return nil, 0, ctx.Err()
 	case <-p.done:
@@ -145,6 +148,21 @@ func (p *Proposer) Propose(ctx context.Context, cmd fsm.Command) (any, uint64, e
 	case <-ctx.Done():
 		return nil, 0, fmt.Errorf("%w: %v", ErrUnknownOutcome, ctx.Err())
 	}
+}
+
+type enqueuedKey struct{}
+
+// WithEnqueued returns ctx with fn attached: Propose calls fn (on the
+// caller's goroutine, once) as soon as the command has its place in the
+// proposer's queue, before waiting for it to commit. Commands enter the log
+// in the order they were queued (run takes them in order, an entry keeps
+// them in order, entries go to Raft in order), so a caller that lets
+// another goroutine propose only after fn ran has ordered the two commands
+// in the log without waiting for the first to commit. fn is not called when
+// Propose fails before queueing (not the leader, ctx done, shut down).
+// Propose waits for fn, so it should return quickly.
+func WithEnqueued(ctx context.Context, fn func()) context.Context {
+	return context.WithValue(ctx, enqueuedKey{}, fn)
 }
 
 // take marks pr as run's: from here on it is answered.
