@@ -122,7 +122,9 @@ func (s *Server) popHandler(scope uint8) http.HandlerFunc {
 // while pops ahead of it are woken and not yet served waits for them: it
 // arrived later, and letting it claim first is exactly the race the line
 // is there to prevent. Its wait is their looks and hand-offs to the
-// proposer (tens of microseconds each), never their commits. One that
+// proposer (tens of microseconds each) and the fill wait of one holding back
+// an under-full batch (minPopWaitTime), never their commits; a long-poll
+// waits no longer than its own timeout. One that
 // finds something to claim while pops ahead of it are still parked lets
 // them look first, once (waiters.yield): what it saw is about to wake them
 // (a commit whose notify has not run yet, a lease expired before their
@@ -147,11 +149,16 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 	// (until wakeAt, when a timer may make something deliverable) rather
 	// than for a turn it asked for.
 	park, wakeAt := false, int64(0)
+	// A long-poll answers at its deadline whether or not its turn came; a
+	// pop with wait=false waits only for the looks ahead of it.
+	var until time.Time
+	if p.wait {
+		until = deadline
+	}
+	// retried: the previous round was the one immediate look again allowed
+	// after a claim that came back empty (below).
+	retried := false
 	for {
-		var until time.Time // a pop that has parked answers at its deadline, turn or not
-		if parked {
-			until = deadline
-		}
 		switch s.awaitTurn(ctx, wt, park, wakeAt, until) {
 		case turnGone:
 			return // the client left: claim nothing
@@ -181,37 +188,38 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 				continue // a pop ahead of this one looks first; this one keeps its place
 			}
 			if p.wait && !parked && check.Deliverable > 0 && check.Deliverable < c.Batch && c.Batch > 1 && check.MinPopWait > 0 {
-				// The batch fills without the turn: the pops behind may
-				// look meanwhile (their own fill waits overlap), and this
-				// one claims in its turn again, in its place.
-				s.waiters.pass(wt)
+				// The batch fills with the turn held: a pop behind this one
+				// arrived later, so it must not claim the messages this one
+				// is holding back for (queen-api.md 4.9); it waits at most
+				// this fill wait, which its own batch would mostly have
+				// waited too.
 				s.fillWait(ctx, check.MinPopWait, deadline)
-				if s.awaitTurn(ctx, wt, false, 0, time.Time{}) != turnHeld {
-					return
-				}
 			}
 			if ctx.Err() != nil {
 				return // the client left: claim nothing
-			}
-			until := time.Time{}
-			if p.wait {
-				until = deadline
 			}
 			delivered, done := s.attemptPop(w, r, c, check.Encrypted, until, s.waiters.handOff(wt))
 			s.waiters.pass(wt)
 			if done || delivered {
 				return
 			}
-			if askLeader {
-				// The leader had nothing for it, and this node looked before
-				// it caught up with the leader (a lease it had not applied,
-				// say): look again once it has, so that the park below
-				// waits for the right timer.
+			// The claim came back empty: the look before it is stale. A pop
+			// ahead took the messages (its lease's expiry is now a time to
+			// look again), this node asked the leader before catching up
+			// with it (a lease it had not applied), or it became the leader
+			// while relaying. Look again once this node has applied what
+			// the claim saw, so the park below waits for the right timer,
+			// and claim again at once, once, if that look finds something.
+			if !s.cluster.IsLeader() {
 				rctx, cancel := context.WithDeadline(ctx, deadline)
 				_ = s.localRead(rctx) // no longer than the pop may wait
 				cancel()
-				if again, err := s.state.CheckPopAs(c, principalOf(r), time.Now().UnixMicro(), false); err == nil {
-					check = again
+			}
+			if again, err := s.state.CheckPopAs(c, principalOf(r), time.Now().UnixMicro(), false); err == nil {
+				check = again
+				if check.Deliverable > 0 && !retried && p.wait && time.Now().Before(deadline) {
+					retried, park, wakeAt = true, false, 0
+					continue
 				}
 			}
 		} else {
@@ -223,7 +231,7 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 			s.answerEmpty(w)
 			return
 		}
-		park, wakeAt, parked = true, check.WakeAt, true
+		park, wakeAt, parked, retried = true, check.WakeAt, true, false
 	}
 }
 
@@ -247,12 +255,13 @@ const (
 )
 
 // awaitTurn waits until wt holds its line's turn. A pop that wants to look
-// now (a new one, one that yielded, one back from a fill wait) asks for the
+// now (a new one, one that yielded, one looking again after an empty claim) asks for the
 // turn; a parked one (park) waits until a commit wakes its line or, at
 // wakeAt (Unix µs, 0: never), a timer may have made something deliverable,
 // which wakes its line too: the pops parked with it read the same state and
-// would all wake then. A parked pop stops waiting when the node drains;
-// every wait stops at until (zero: none) and when the client leaves.
+// would all wake then. A long-poll (until set) or a parked pop stops
+// waiting when the node drains; every wait stops at until (zero: none) and
+// when the client leaves.
 func (s *Server) awaitTurn(ctx context.Context, wt *waiter, park bool, wakeAt int64, until time.Time) turnOutcome {
 	s.waiters.ready(wt, !park)
 	var wake, over <-chan time.Time
@@ -267,8 +276,10 @@ func (s *Server) awaitTurn(ctx context.Context, wt *waiter, park bool, wakeAt in
 		over = t.C
 	}
 	var closing <-chan struct{}
-	if park {
+	if park || !until.IsZero() {
 		closing = s.closing
+	}
+	if park {
 		queue := wt.line.key.queue
 		s.metrics.parked.add(queue, 1)
 		defer s.metrics.parked.add(queue, -1)
@@ -553,9 +564,10 @@ type lineKey struct {
 }
 
 type popLine struct {
-	key  lineKey
-	pops []*waiter // by arrival
-	turn *waiter   // the pop looking now (nil: none)
+	key   lineKey
+	pops  []*waiter // by arrival
+	turn  *waiter   // the pop looking now (nil: none)
+	round uint64    // the round of looks under way (grant); starts at 1
 }
 
 type waiter struct {
@@ -571,6 +583,7 @@ type waiter struct {
 	inFlight bool // its lease is queued (or relayed): no turn until it is answered
 	yielded  bool // it gave its turn back during the current look (yield)
 	grants   uint64
+	looked   uint64 // the line's round in which it last had the turn (0: never)
 }
 
 func newWaiters() *waiters {
@@ -595,7 +608,7 @@ func (ws *waiters) join(c *fsm.Lease, arrival time.Time) *waiter {
 	defer ws.mu.Unlock()
 	l := ws.lines[key]
 	if l == nil {
-		l = &popLine{key: key}
+		l = &popLine{key: key, round: 1}
 		ws.lines[key] = l
 		if key.scope == fsm.ScopeDiscovery {
 			ws.discovery[l] = struct{}{}
@@ -705,31 +718,50 @@ func (ws *waiters) yield(w *waiter) bool {
 	if !slices.ContainsFunc(ahead, func(e *waiter) bool { return e.waiting }) {
 		return false
 	}
+	// They and the holder look again in this round, before the pops
+	// behind, whatever they did earlier in it.
 	for _, e := range ahead {
 		if !e.inFlight {
-			e.wants = true
+			e.wants, e.looked = true, l.round-1
 		}
 	}
-	w.yielded, w.wants = true, true
+	w.yielded, w.wants, w.looked = true, true, l.round-1
 	l.turn = nil
 	ws.grant(l)
 	return true
 }
 
-// grant gives a free turn to the earliest pop that wants it and waits.
+// grant gives a free turn to the earliest pop that wants it, waits, and
+// has not looked in the line's current round; when every such pop has, a
+// new round begins. Rounds keep a busy line fair: commits that keep waking
+// the pops ahead (a queue pushed to all the time, on partitions they do not
+// wait for) would otherwise give them every turn, and a pop that arrived
+// later would wait past its own timeout for its first look. A pop waits at
+// most one round of looks, each a read of the state.
 func (ws *waiters) grant(l *popLine) {
 	if l.turn != nil {
 		return
 	}
-	for _, w := range l.pops {
-		if w.wants && w.waiting {
-			l.turn = w
-			w.wants, w.waiting = false, false
-			w.grants++
-			w.ch <- struct{}{} // never blocks: see waiter.ch
+	next := func() *waiter {
+		for _, w := range l.pops {
+			if w.wants && w.waiting && w.looked < l.round {
+				return w
+			}
+		}
+		return nil
+	}
+	w := next()
+	if w == nil {
+		if !slices.ContainsFunc(l.pops, func(e *waiter) bool { return e.wants && e.waiting }) {
 			return
 		}
+		l.round++
+		w = next()
 	}
+	l.turn = w
+	w.wants, w.waiting, w.looked = false, false, l.round
+	w.grants++
+	w.ch <- struct{}{} // never blocks: see waiter.ch
 }
 
 // wake makes every pop of w's line want a look: w's timer passed a time at
