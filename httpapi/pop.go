@@ -122,10 +122,11 @@ func (s *Server) popHandler(scope uint8) http.HandlerFunc {
 // while pops ahead of it are woken and not yet served waits for them: it
 // arrived later, and letting it claim first is exactly the race the line
 // is there to prevent. Its wait is their looks and hand-offs to the
-// proposer (tens of microseconds each) and the fill wait of one holding back
-// an under-full batch (minPopWaitTime), never their commits; a long-poll
-// waits no longer than its own timeout. One that
-// finds something to claim while pops ahead of it are still parked lets
+// proposer (tens of microseconds each), never their commits, and a
+// long-poll waits no longer than its own timeout. While one ahead holds
+// back an under-full batch (minPopWaitTime), those behind it stand aside
+// (behindFill): a long-poll until that pop claims, a wait=false pop
+// answering empty at once. One that finds something to claim while pops ahead of it are still parked lets
 // them look first, once (waiters.yield): what it saw is about to wake them
 // (a commit whose notify has not run yet, a lease expired before their
 // timer fired), and they arrived first.
@@ -158,6 +159,9 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 	// retried: the previous round was the one immediate look again allowed
 	// after a claim that came back empty (below).
 	retried := false
+	// filled: the pop has held back an under-full batch once; a look again
+	// after an empty claim does not wait a second time.
+	filled := false
 	for {
 		switch s.awaitTurn(ctx, wt, park, wakeAt, until) {
 		case turnGone:
@@ -166,7 +170,19 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 			s.answerEmpty(w)
 			return
 		}
-		count := p.wait && !parked && c.Batch > 1
+		if s.waiters.behindFill(wt) {
+			// A pop ahead holds back an under-full batch: the messages are
+			// its to claim first. A pop that must answer at once answers
+			// empty; a long-poll waits for that pop's claim, which wakes it.
+			s.waiters.pass(wt)
+			if !p.wait {
+				s.answerEmpty(w)
+				return
+			}
+			park, wakeAt, parked = true, 0, true
+			continue
+		}
+		count := p.wait && !parked && !filled && c.Batch > 1
 		check, err := s.state.CheckPopAs(c, principalOf(r), time.Now().UnixMicro(), count)
 		if err != nil {
 			writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
@@ -187,13 +203,23 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 				park, wakeAt = false, 0
 				continue // a pop ahead of this one looks first; this one keeps its place
 			}
-			if p.wait && !parked && check.Deliverable > 0 && check.Deliverable < c.Batch && c.Batch > 1 && check.MinPopWait > 0 {
-				// The batch fills with the turn held: a pop behind this one
-				// arrived later, so it must not claim the messages this one
-				// is holding back for (queen-api.md 4.9); it waits at most
-				// this fill wait, which its own batch would mostly have
-				// waited too.
+			if p.wait && !parked && !filled && !s.draining() && check.Deliverable > 0 && check.Deliverable < c.Batch && c.Batch > 1 && check.MinPopWait > 0 {
+				// The pops behind this one arrived later, so they must not
+				// claim the messages it holds back for (queen-api.md 4.9):
+				// while it waits they stand aside (behindFill), a pop with
+				// wait=false answering empty at once, and its claim wakes
+				// them. It gives up the turn meanwhile, so they do not wait
+				// for the turn itself.
+				filled = true
+				s.waiters.startFill(wt)
 				s.fillWait(ctx, check.MinPopWait, deadline)
+				switch s.awaitTurn(ctx, wt, false, 0, until) {
+				case turnGone:
+					return
+				case turnOver:
+					s.answerEmpty(w)
+					return
+				}
 			}
 			if ctx.Err() != nil {
 				return // the client left: claim nothing
@@ -217,8 +243,9 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 			}
 			if again, err := s.state.CheckPopAs(c, principalOf(r), time.Now().UnixMicro(), false); err == nil {
 				check = again
-				if check.Deliverable > 0 && !retried && p.wait && time.Now().Before(deadline) {
+				if check.Deliverable > 0 && !retried && p.wait && time.Now().Before(deadline) && !s.draining() {
 					retried, park, wakeAt = true, false, 0
+					s.waiters.again(wt)
 					continue
 				}
 			}
@@ -323,6 +350,8 @@ func (s *Server) fillWait(ctx context.Context, ms int64, deadline time.Time) {
 	select {
 	case <-t.C:
 	case <-ctx.Done():
+		t.Stop()
+	case <-s.closing: // the node drains: claim what is there now
 		t.Stop()
 	}
 	s.metrics.fillWaits.Inc()
@@ -568,6 +597,9 @@ type popLine struct {
 	pops  []*waiter // by arrival
 	turn  *waiter   // the pop looking now (nil: none)
 	round uint64    // the round of looks under way (grant); starts at 1
+	// filler is the pop holding back an under-full batch (minPopWaitTime),
+	// nil when none: the pops behind it stand aside until it claims.
+	filler *waiter
 }
 
 type waiter struct {
@@ -584,6 +616,7 @@ type waiter struct {
 	yielded  bool // it gave its turn back during the current look (yield)
 	grants   uint64
 	looked   uint64 // the line's round in which it last had the turn (0: never)
+	retry    bool   // its next look continues the last one (again): it keeps its round
 }
 
 func newWaiters() *waiters {
@@ -642,6 +675,7 @@ func (ws *waiters) leave(w *waiter) {
 	if l.turn == w {
 		l.turn = nil
 	}
+	ws.endFill(w)
 	if len(l.pops) > 0 {
 		ws.grant(l)
 		return
@@ -675,6 +709,7 @@ func (ws *waiters) pass(w *waiter) {
 	w.inFlight, w.yielded = false, false
 	if w.line.turn == w {
 		w.line.turn = nil
+		ws.endFill(w)
 		ws.grant(w.line)
 	}
 }
@@ -694,6 +729,7 @@ func (ws *waiters) handOff(w *waiter) func() {
 		if w.line.turn == w && w.grants == g {
 			w.inFlight, w.yielded = true, false
 			w.line.turn = nil
+			ws.endFill(w)
 			ws.grant(w.line)
 		}
 	}
@@ -744,7 +780,7 @@ func (ws *waiters) grant(l *popLine) {
 	}
 	next := func() *waiter {
 		for _, w := range l.pops {
-			if w.wants && w.waiting && w.looked < l.round {
+			if w.wants && w.waiting && (w.looked < l.round || w.retry) {
 				return w
 			}
 		}
@@ -759,9 +795,56 @@ func (ws *waiters) grant(l *popLine) {
 		w = next()
 	}
 	l.turn = w
-	w.wants, w.waiting, w.looked = false, false, l.round
+	w.wants, w.waiting = false, false
+	if !w.retry {
+		w.looked = l.round
+	}
+	w.retry = false
 	w.grants++
 	w.ch <- struct{}{} // never blocks: see waiter.ch
+}
+
+// startFill records that w, holding the turn, holds back an under-full
+// batch, and gives up the turn for the wait.
+func (ws *waiters) startFill(w *waiter) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	l := w.line
+	if l.filler == nil {
+		l.filler = w
+	}
+	if l.turn == w {
+		l.turn = nil
+		ws.grant(l)
+	}
+}
+
+// behindFill reports whether a pop ahead of w in its line holds back an
+// under-full batch.
+func (ws *waiters) behindFill(w *waiter) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	l := w.line
+	return l.filler != nil && l.filler != w && slices.Index(l.pops, l.filler) < slices.Index(l.pops, w)
+}
+
+// endFill ends w's fill wait, if it was in one, when its claim is handed on
+// (or it leaves): the pops that stood aside look again. Called with mu held.
+func (ws *waiters) endFill(w *waiter) {
+	if l := w.line; l.filler == w {
+		l.filler = nil
+		for _, e := range l.pops {
+			e.wants = true
+		}
+	}
+}
+
+// again lets w look once more in its current round, before the pops behind
+// it: a look again after an empty claim continues the look before it.
+func (ws *waiters) again(w *waiter) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	w.retry = true
 }
 
 // wake makes every pop of w's line want a look: w's timer passed a time at

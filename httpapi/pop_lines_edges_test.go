@@ -200,7 +200,8 @@ func TestNewPopIsAnsweredWhileCommitsKeepWakingTheParkedPopsAheadOfIt(t *testing
 // queen-api.md 4.9: "When several pops wait on the same scope, they SHOULD
 // be served in arrival order"; README: "Long-polls are served in arrival
 // order on the node they wait on". A pop that holds back an under-full batch
-// (minPopWaitTime) keeps the turn while it waits (pop.go).
+// (minPopWaitTime) keeps its claim on them: the pops behind it stand aside
+// while it waits (pop.go, behindFill).
 //
 // Pop A (batch 10) arrives at a queue holding one message and starts its
 // fill wait; pop B (batch 1) arrives later. B must not take the message A
