@@ -213,11 +213,10 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 				filled = true
 				s.waiters.startFill(wt)
 				s.fillWait(ctx, check.MinPopWait, deadline)
-				switch s.awaitTurn(ctx, wt, false, 0, until) {
-				case turnGone:
-					return
-				case turnOver:
-					s.answerEmpty(w)
+				// Then it claims whatever is there, even at its deadline (the
+				// fill wait is capped by it): the pops behind stand aside, so
+				// the turn comes after the looks already under way.
+				if s.awaitTurn(ctx, wt, false, 0, time.Time{}) != turnHeld {
 					return
 				}
 			}
