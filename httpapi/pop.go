@@ -235,6 +235,11 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 			// while relaying. Look again once this node has applied what
 			// the claim saw, so the park below waits for the right timer,
 			// and claim again at once, once, if that look finds something.
+			// A pop with wait=false answers empty now: nothing to wait for.
+			if !p.wait {
+				s.answerEmpty(w)
+				return
+			}
 			if !s.cluster.IsLeader() {
 				rctx, cancel := context.WithDeadline(ctx, deadline)
 				_ = s.localRead(rctx) // no longer than the pop may wait
@@ -242,7 +247,7 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 			}
 			if again, err := s.state.CheckPopAs(c, principalOf(r), time.Now().UnixMicro(), false); err == nil {
 				check = again
-				if check.Deliverable > 0 && !retried && p.wait && time.Now().Before(deadline) && !s.draining() {
+				if check.Deliverable > 0 && !retried && time.Now().Before(deadline) && !s.draining() {
 					retried, park, wakeAt = true, false, 0
 					s.waiters.again(wt)
 					continue
