@@ -93,7 +93,7 @@ func TestLongPollWhoseClaimCameBackEmptyDoesNotFillWaitTwice(t *testing.T) {
 // queen-api.md 4.9: "`wait=false` answers at once (`200` or `204`)".
 //
 // A long-poll (batch 10) holds back an under-full batch for minPopWaitTime
-// (3 s); the pops behind it stand aside meanwhile (pop.go, behindFill). A
+// (3 s); the pops behind it stand aside meanwhile (pop_lines.go, behindFill). A
 // wait=false pop of the same scope that arrives during that fill wait must
 // still answer at once, not when the pop ahead's fill wait ends.
 func TestNoWaitPopIsAnsweredAtOnceWhileAPopAheadFillWaits(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 	"github.com/crownmq/crown/httpapi"
 )
 
-// Pops of a scope in line (pop.go, waiters): what serving them in arrival
+// Pops of a scope in line (pop_lines.go, waiters): what serving them in arrival
 // order must not lose of queen-api.md 4.9 (wake-ups, timeouts, a fill wait's
 // place), and that no way of leaving a line wedges it.
 
@@ -201,7 +201,7 @@ func TestNewPopIsAnsweredWhileCommitsKeepWakingTheParkedPopsAheadOfIt(t *testing
 // be served in arrival order"; README: "Long-polls are served in arrival
 // order on the node they wait on". A pop that holds back an under-full batch
 // (minPopWaitTime) keeps its claim on them: the pops behind it stand aside
-// while it waits (pop.go, behindFill).
+// while it waits (pop_lines.go, behindFill).
 //
 // Pop A (batch 10) arrives at a queue holding one message and starts its
 // fill wait; pop B (batch 1) arrives later. B must not take the message A
