@@ -30,7 +30,8 @@ import (
 // (raftnode.WithEnqueued), not when it commits: the state machine applies
 // leases in the order they were queued, so the earlier pop's lease claims
 // first, and the later one's claims what is left (or nothing: that pop
-// looks again at its next wake-up, still in its place). On a follower the
+// looks again once its node has applied the claims, still in its place, and
+// parks on what it sees, a lease's expiry for one). On a follower the
 // turn passes once the relayed pop is written to the leader (forwardPop).
 //
 // A pop whose lease is queued or relayed (inFlight) gets no turn until it is
