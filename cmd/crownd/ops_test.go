@@ -7,6 +7,7 @@ package main_test
 // case (a command line that must be refused, a resource limit).
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -25,18 +26,6 @@ import (
 
 	tc "github.com/crownmq/crown/cmd/internal/testcluster"
 )
-
-// opsEnv is the test's environment without the variables crownd reads.
-func opsEnv(extra ...string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "CROWN_") || strings.HasPrefix(kv, "QUEEN_") || strings.HasPrefix(kv, "RETENTION_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return append(env, extra...)
-}
 
 // opsRun runs crownd with args for at most d. It returns the combined
 // output, the exit code (-1 when it was still running after d and had to be
@@ -77,6 +66,21 @@ func opsFiles(t *testing.T, dir string) []string {
 		return nil
 	})
 	return out
+}
+
+// opsStoppedJSONLog starts one node logging JSON, stops it cleanly and
+// returns it with its whole log.
+func opsStoppedJSONLog(t *testing.T) (*tc.Node, string) {
+	t.Helper()
+	node := tc.Start(t, 1, tc.WithArgs("--log-format", "json")).Node(0)
+	if err := node.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	log, err := node.CurrentLog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return node, log
 }
 
 // opsJSONLines returns the JSON objects of a log, skipping the harness's
@@ -162,7 +166,7 @@ func TestOpsBadValueRefusedBeforeDataDirIsWritten(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "data")
 			h, r := opsAddrs(t)
 			args := append([]string{"--node-id", "node1", "--data-dir", dir}, c.args(h, r)...)
-			out, code, exited := opsRun(t, 20*time.Second, opsEnv(), args...)
+			out, code, exited := opsRun(t, 20*time.Second, tc.ChildEnv(), args...)
 			if !exited {
 				t.Fatalf("crownd %v still running after 20 s; output:\n%s", args, out)
 			}
@@ -195,7 +199,7 @@ func TestOpsEmptyDataDirRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, tc.Binary(t), "--node-id", "node1", "--data-dir", "", "--http-addr", h, "--raft-addr", r)
-	cmd.Dir, cmd.Env = cwd, opsEnv()
+	cmd.Dir, cmd.Env = cwd, tc.ChildEnv()
 	out, _ := cmd.CombinedOutput()
 	if ctx.Err() != nil {
 		t.Errorf("crownd --data-dir \"\" was still running after 8 s, want exit status 2; last lines:\n%s", lastLines(string(out), 2))
@@ -222,7 +226,7 @@ func TestOpsMalformedURLFlagRefused(t *testing.T) {
 		t.Run(flagName, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "data")
 			h, r := opsAddrs(t)
-			out, code, exited := opsRun(t, 8*time.Second, opsEnv(),
+			out, code, exited := opsRun(t, 8*time.Second, tc.ChildEnv(),
 				"--node-id", "node1", "--data-dir", dir, "--http-addr", h, "--raft-addr", r, flagName, "node1:6632")
 			if !exited {
 				t.Fatalf("crownd %s node1:6632 (no scheme) was still running after 8 s, want exit status 2; last lines:\n%s",
@@ -258,7 +262,7 @@ func TestOpsBadCommandLineExitStatus2(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "data")
 		h, r := opsAddrs(t)
 		args := append([]string{"--data-dir", dir, "--http-addr", h, "--raft-addr", r}, c.args...)
-		out, code, exited := opsRun(t, 10*time.Second, opsEnv(c.env...), args...)
+		out, code, exited := opsRun(t, 10*time.Second, tc.ChildEnv(c.env...), args...)
 		if !exited || code != 2 || !strings.Contains(out, c.want) {
 			t.Errorf("%v %v: exited %v, status %d, output %q; want status 2 naming %q", c.env, c.args, exited, code, lastLines(out, 2), c.want)
 		}
@@ -280,7 +284,7 @@ func TestOpsEnvironmentEquivalentsAndFlagWins(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, tc.Binary(t), "--node-id", "from-flag", "--log-format", "json")
-	cmd.Env = opsEnv("CROWN_NODE_ID=from-env", "CROWN_LOG_FORMAT=text", "CROWN_DATA_DIR="+filepath.Join(base, "envdata"),
+	cmd.Env = tc.ChildEnv("CROWN_NODE_ID=from-env", "CROWN_LOG_FORMAT=text", "CROWN_DATA_DIR="+filepath.Join(base, "envdata"),
 		"CROWN_HTTP_ADDR="+h, "CROWN_RAFT_ADDR="+r, "CROWN_PPROF=true", "CROWN_RAFT_METRICS=false", "CROWN_LOG_LEVEL=warn")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -354,15 +358,7 @@ func TestOpsEnvironmentEquivalentsAndFlagWins(t *testing.T) {
 // logs (log/slog, --log-format json|text, --log-level) carry the fields they
 // promise".
 func TestOpsJSONLogNodeFieldNotOverwritten(t *testing.T) {
-	c := tc.Start(t, 1, tc.WithArgs("--log-format", "json"))
-	node := c.Node(0)
-	if err := node.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	log, err := node.CurrentLog()
-	if err != nil {
-		t.Fatal(err)
-	}
+	node, log := opsStoppedJSONLog(t)
 	objs, raw, _ := opsJSONLines(log)
 	if len(objs) < 5 {
 		t.Fatalf("only %d JSON lines in the log:\n%s", len(objs), log)
@@ -387,15 +383,7 @@ func TestOpsJSONLogNodeFieldNotOverwritten(t *testing.T) {
 // raftnode/hclog.go: "so the whole process writes one structured stream";
 // brief: "structured logs ... carry the fields they promise".
 func TestOpsJSONLogRaftValuesRendered(t *testing.T) {
-	c := tc.Start(t, 1, tc.WithArgs("--log-format", "json"))
-	node := c.Node(0)
-	if err := node.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	log, err := node.CurrentLog()
-	if err != nil {
-		t.Fatal(err)
-	}
+	node, log := opsStoppedJSONLog(t)
 	objs, raw, _ := opsJSONLines(log)
 	var seenConfig, seenLeader bool
 	for i, m := range objs {
@@ -438,7 +426,7 @@ func TestOpsJSONLogHasOnlyJSONLines(t *testing.T) {
 	// A low descriptor limit, as on a busy host; crownd itself needs ~20.
 	cmd := exec.CommandContext(ctx, "bash", "-c", `ulimit -n 48 && exec "$0" "$@"`, tc.Binary(t),
 		"--node-id", "node1", "--data-dir", dir, "--http-addr", h, "--raft-addr", r, "--log-format", "json")
-	cmd.Env = opsEnv()
+	cmd.Env = tc.ChildEnv()
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -562,13 +550,24 @@ func TestOpsSecondSignalExitsAtOnce(t *testing.T) {
 	if _, err := cl.Push(ctx, []tc.PushItem{{Queue: "twice", Payload: 1, TransactionID: "t-1"}}); err != nil {
 		t.Fatal(err)
 	}
-	// A request whose body never finishes keeps the shutdown waiting.
+	// A request whose body never finishes keeps the shutdown waiting. Its
+	// handler must be running before the signal (a connection still in the
+	// listen queue is dropped, not waited for): the server's "100 Continue"
+	// answers the handler's first read of the body.
 	conn, err := net.Dial("tcp", strings.TrimPrefix(node.URL(), "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if _, err := fmt.Fprintf(conn, "POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"items\":["); err != nil {
+	if _, err := fmt.Fprintf(conn, "POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	status, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil || !strings.Contains(status, "100 Continue") {
+		t.Fatalf("no 100 Continue for the pending push: %q, %v", status, err)
+	}
+	if _, err := fmt.Fprint(conn, `{"items":[`); err != nil {
 		t.Fatal(err)
 	}
 	proc, err := os.FindProcess(opsPid(t, node))
@@ -657,7 +656,7 @@ func TestOpsClusterShUnhealthyNodePrintsLogTail(t *testing.T) {
 	bin := filepath.Dir(tc.Binary(t))
 	dir := filepath.Join(t.TempDir(), "cluster")
 	script := filepath.Join(repoRoot(t), "scripts", "cluster.sh")
-	env := opsEnv("CROWN_BIN_DIR="+bin, "CROWN_CLUSTER_DIR="+dir,
+	env := tc.ChildEnv("CROWN_BIN_DIR="+bin, "CROWN_CLUSTER_DIR="+dir,
 		"CROWN_CLUSTER_HTTP_BASE=36741", "CROWN_CLUSTER_RAFT_BASE=36751", "CROWN_CLUSTER_WAIT=3")
 	run := func(args ...string) (string, string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -306,7 +306,7 @@ func (c *Cluster) newNode(path, id string) (*Node, error) {
 		logPath:  filepath.Join(dir, "crownd.log"),
 		httpAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(hp)),
 		raftAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(rp)),
-		env:      childEnv(c.cfg.env),
+		env:      ChildEnv(c.cfg.env...),
 	}
 	n.args = []string{"--node-id", id, "--data-dir", n.dataDir, "--http-addr", n.httpAddr,
 		"--raft-addr", n.raftAddr, "--log-format", "text", "--log-level", c.cfg.logLevel}
@@ -314,9 +314,10 @@ func (c *Cluster) newNode(path, id string) (*Node, error) {
 	return n, nil
 }
 
-// childEnv is the test's environment without the variables crownd reads
-// (CROWN_*, QUEEN_*, RETENTION_*), plus extra.
-func childEnv(extra []string) []string {
+// ChildEnv is the test's environment without the variables crownd reads
+// (CROWN_*, QUEEN_*, RETENTION_*), plus extra: what a crownd started by a
+// test sees, whatever the shell running the tests exported.
+func ChildEnv(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, "CROWN_") || strings.HasPrefix(kv, "QUEEN_") || strings.HasPrefix(kv, "RETENTION_") {
