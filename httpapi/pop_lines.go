@@ -174,7 +174,11 @@ func (ws *waiters) leave(w *waiter) {
 func (ws *waiters) ready(w *waiter, want bool) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	w.waiting, w.inFlight = true, false
+	w.inFlight = false
+	if w.line.turn == w {
+		return // granted since it yielded: the grant waits in w.ch
+	}
+	w.waiting = true
 	w.wants = w.wants || want
 	ws.grant(w.line)
 }
@@ -239,7 +243,11 @@ func (ws *waiters) yield(w *waiter) bool {
 			e.wants, e.looked = true, l.round-1
 		}
 	}
-	w.yielded, w.wants, w.looked = true, true, l.round-1
+	// The holder counts as waiting from now, not from its next awaitTurn:
+	// a pop ahead may look and pass the turn before the holder is back,
+	// and the turn must then come to the holder, not to a pop behind it.
+	// A grant made meanwhile waits in its channel (ready).
+	w.yielded, w.wants, w.looked, w.waiting = true, true, l.round-1, true
 	l.turn = nil
 	ws.grant(l)
 	return true

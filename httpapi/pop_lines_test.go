@@ -154,3 +154,49 @@ func TestLinesYieldOncePerLook(t *testing.T) {
 		t.Error("a pop whose lease is queued was asked to look again")
 	}
 }
+
+// A pop that yielded keeps its place from the moment it yields, not from
+// when it next waits: if the pop it let look first passes the turn before
+// the yielder is back in awaitTurn, a pop behind it must not get the turn.
+func TestLinesYielderKeepsItsPlaceBeforeItWaitsAgain(t *testing.T) {
+	ws := newWaiters()
+	now := time.Now()
+	parked := ws.join(lineLease("q", "g"), now)
+	ws.ready(parked, true)
+	if !holds(parked) {
+		t.Fatal("no turn")
+	}
+	ws.pass(parked)
+	ws.ready(parked, false) // found nothing: parked
+	yielder := ws.join(lineLease("q", "g"), now.Add(time.Millisecond))
+	ws.ready(yielder, true)
+	if !holds(yielder) {
+		t.Fatal("no turn for the second pop")
+	}
+	behind := ws.join(lineLease("q", "g"), now.Add(2*time.Millisecond))
+	ws.ready(behind, true)
+	if !ws.yield(yielder) {
+		t.Fatal("the holder did not yield to the parked pop ahead")
+	}
+	if !holds(parked) {
+		t.Fatal("the parked pop was not given the turn")
+	}
+	ws.pass(parked) // it looks and passes before the yielder waits again
+	ws.ready(parked, false)
+	if holds(behind) {
+		t.Fatal("a later pop got the turn while the pop that yielded had not waited again")
+	}
+	ws.ready(yielder, true) // back in awaitTurn
+	if !holds(yielder) {
+		t.Fatal("the pop that yielded did not get the turn back")
+	}
+	ws.handOff(yielder)()
+	if !holds(behind) {
+		t.Fatal("the turn did not pass on to the pop behind")
+	}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if yielder.waiting || !yielder.inFlight {
+		t.Fatalf("after its hand-off the yielder is waiting=%v inFlight=%v, want false, true", yielder.waiting, yielder.inFlight)
+	}
+}
