@@ -276,7 +276,6 @@ func checkPeersHoldSelf(peers []raftnode.Peer, nodeID, raftAdvertise string) err
 	return fmt.Errorf("--peers must list this node (--node-id %s) among the initial voters", nodeID)
 }
 
-// deriveAdvertise builds http://<host of the raft address>:<http port>.
 // checkListenAddr checks a host:port to listen on (an empty host: every
 // interface; port 0: any free port).
 func checkListenAddr(addr string) error {
@@ -311,6 +310,7 @@ func (c *config) raftConfig(log *slog.Logger) raftnode.Config {
 	return rc
 }
 
+// deriveAdvertise builds http://<host of the raft address>:<http port>.
 func deriveAdvertise(httpAddr, raftAddr string) (string, error) {
 	_, port, err := net.SplitHostPort(httpAddr)
 	if err != nil {
