@@ -10,22 +10,25 @@ import (
 // popBlocked reports whether the OJS rules close q to a pop by principal at
 // now (paused, deleting, max_concurrency reached), and whether the access
 // list refuses it. wake receives the earliest lease expiry that may reopen it.
-func popBlocked(tx *segments.Tx, q *segments.Queue, principal string, now int64, wake func(int64)) (blocked, denied bool) {
+// room is how many more partitions max_concurrency lets one pop take from
+// q, as popGate computes it (-1: no limit).
+func popBlocked(tx *segments.Tx, q *segments.Queue, principal string, now int64, wake func(int64)) (blocked, denied bool, room int64) {
 	s := q.OJS
 	if !allowed(s.Limits.RestrictConsumers, s.Limits.Consumers, principal) {
-		return true, true
+		return true, true, 0
 	}
 	if s.State == segments.OJSPaused || s.Deletion != nil {
-		return true, false
+		return true, false, 0
 	}
 	if s.Limits.MaxConcurrency > 0 {
 		n, next := liveLeases(tx, q, now)
 		if n >= s.Limits.MaxConcurrency {
 			wake(next)
-			return true, false
+			return true, false, 0
 		}
+		return false, false, s.Limits.MaxConcurrency - n
 	}
-	return false, false
+	return false, false, -1
 }
 
 // OJSQueueView is a queue as the OJS API shows it.

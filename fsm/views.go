@@ -84,9 +84,13 @@ func (f *FSM) CheckPopAs(c *Lease, principal string, now int64, count bool) (Pop
 		if c.Scope == ScopeSpecific {
 			maxParts = 1
 		}
-		blocked := false
+		// room is how many more partitions max_concurrency lets the pop
+		// take from the queue being walked (-1: no limit): the pop moves on
+		// to the next queue once it is used up (popGated), so the count does
+		// too.
+		blocked, room := false, int64(-1)
 		visit := func(q *segments.Queue, part *segments.Partition) bool {
-			if blocked {
+			if blocked || room == 0 {
 				return true
 			}
 			e := checkPartition(tx, q, part, c, now)
@@ -98,6 +102,9 @@ func (f *FSM) CheckPopAs(c *Lease, principal string, now int64, count bool) (Pop
 			pc.Deliverable += n
 			if n > 0 {
 				parts++
+				if room > 0 {
+					room--
+				}
 			}
 			if delayedAt != 0 {
 				wake(delayedAt + Micros(q.Options.DelayedProcessing))
@@ -107,10 +114,10 @@ func (f *FSM) CheckPopAs(c *Lease, principal string, now int64, count bool) (Pop
 		forEachCandidate(tx, c, func(q *segments.Queue) {
 			pc.MinPopWait = max(pc.MinPopWait, q.Options.MinPopWaitTime)
 			pc.Encrypted = pc.Encrypted || q.Options.EncryptionEnabled
-			blocked = false
+			blocked, room = false, -1
 			if q.OJS != nil && q.OJS.Gate != 0 {
 				var denied bool
-				blocked, denied = popBlocked(tx, q, principal, now, wake)
+				blocked, denied, room = popBlocked(tx, q, principal, now, wake)
 				pc.Denied = pc.Denied || (denied && c.Scope != ScopeDiscovery)
 			}
 		}, visit)
@@ -369,7 +376,7 @@ func (f *FSM) DeadLetters(q DLQQuery) (out []DeadLetterView, total int, err erro
 		total = len(hits)
 		lo := min(max(q.Offset, 0), total)
 		uuids := map[uint64][16]byte{}
-		for _, h := range hits[lo:min(lo+max(q.Limit, 0), total)] {
+		for _, h := range hits[lo : lo+min(max(q.Limit, 0), total-lo)] { // no lo+Limit: it may overflow
 			d := must1(tx.DeadLetterAt(h.qu.ID, h.seq))
 			if d == nil {
 				return fmt.Errorf("dead letter %d of queue %s vanished inside one read: %w", h.seq, h.qu.Name, segments.ErrCorrupt)
