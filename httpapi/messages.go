@@ -92,7 +92,11 @@ func (s *Server) handleListMessages(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	q := r.URL.Query()
+	q, aerr := queryFilters(r, "queue", "partition", "ns", "task", "status", "from", "to")
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
 	now := time.Now()
 	query := fsm.MessageQuery{Queue: q.Get("queue"), Partition: q.Get("partition"), Namespace: q.Get("ns"),
 		Task: q.Get("task"), Status: q.Get("status")}

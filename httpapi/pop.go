@@ -38,8 +38,13 @@ func queryInt(q url.Values, k string, def int64) int64 {
 
 // parsePop reads the parameters shared by the three pop forms (queen-api.md 3.6).
 func (s *Server) parsePop(r *http.Request, scope uint8) (popRequest, *apiError, bool) {
-	q := r.URL.Query()
-	p := popRequest{wait: queryBool(q, "wait")}
+	var p popRequest
+	// A group dropped for a bad escape would pop in queue mode.
+	q, aerr := queryFilters(r, "consumerGroup", "namespace", "task", "subscriptionMode", "subscriptionFrom")
+	if aerr != nil {
+		return p, aerr, false
+	}
+	p.wait = queryBool(q, "wait")
 	l := &p.lease
 	l.Scope = scope
 	l.WindowBatch = s.cfg.WindowBatch

@@ -2,7 +2,10 @@ package httpapi
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/crownmq/crown/fsm"
@@ -15,13 +18,45 @@ func statsJSON(s fsm.MessageStats) map[string]any {
 
 func nowMicros() int64 { return time.Now().UnixMicro() }
 
+// queryFilters returns the request's query, refusing with a 400 naming it a
+// filter among names whose pair net/url cannot decode (a bad %XX escape, a
+// ';'): url.Values drops such a pair silently, and a dropped filter would
+// widen the answer to everything it was meant to exclude. Other parameters
+// keep the leniency of queen-api.md 1.2 (an unusable integer is its default).
+func queryFilters(r *http.Request, names ...string) (url.Values, *apiError) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err == nil {
+		return q, nil
+	}
+	for _, pair := range strings.Split(r.URL.RawQuery, "&") {
+		rawKey, rawVal, _ := strings.Cut(pair, "=")
+		key, kerr := url.QueryUnescape(rawKey)
+		if kerr != nil {
+			key = rawKey
+		}
+		if _, verr := url.QueryUnescape(rawVal); kerr == nil && verr == nil && !strings.Contains(pair, ";") {
+			continue
+		}
+		for _, n := range names {
+			if key == n {
+				return nil, badRequest(codeInvalidField, n, "%s is not a valid URL-encoded query value: %q", n, rawVal)
+			}
+		}
+	}
+	return q, nil
+}
+
 // GET /api/v1/resources/queues
 func (s *Server) handleListQueues(w http.ResponseWriter, r *http.Request) {
 	if aerr := s.readBarrier(r); aerr != nil {
 		writeError(w, aerr)
 		return
 	}
-	q := r.URL.Query()
+	q, aerr := queryFilters(r, "namespace", "task")
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
 	views, err := s.state.ListQueues(q.Get("namespace"), q.Get("task"), nowMicros())
 	if err != nil {
 		writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
@@ -115,12 +150,19 @@ func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	q := r.URL.Query()
+	q, aerr := queryFilters(r, "queue", "consumerGroup", "partition", "from", "to")
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
 	query := fsm.DLQQuery{Queue: q.Get("queue"), Group: q.Get("consumerGroup"), Partition: q.Get("partition"),
 		Limit: int(queryInt(q, "limit", 100)), Offset: int(max(queryInt(q, "offset", 0), 0))}
 	if query.Limit < 0 {
 		query.Limit = 100
 	}
+	// The state pages with offset+limit: a limit near the int range would
+	// overflow that sum, and no page holds 2^31 entries anyway.
+	query.Limit = min(query.Limit, math.MaxInt32)
 	for _, b := range []struct {
 		name string
 		dst  *int64
@@ -132,6 +174,11 @@ func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request) {
 		}
 		if ok {
 			*b.dst = t.UnixMicro()
+			// The state reads 0 as "no bound"; a to at the epoch is a bound
+			// every entry (all dead-lettered later) falls after.
+			if b.name == "to" && *b.dst == 0 {
+				*b.dst = -1
+			}
 		}
 	}
 	entries, total, err := s.state.DeadLetters(query)

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"math"
 	"net/http"
 	"time"
 
@@ -50,7 +51,11 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	q := r.URL.Query()
+	q, aerr := queryFilters(r, "queue", "namespace", "task", "from", "to")
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
 	now := time.Now()
 	from, to, _, aerr := queryRange(q, now, time.Hour)
 	if aerr != nil {
@@ -115,8 +120,14 @@ func (s *Server) handleStatusQueues(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	q := r.URL.Query()
-	limit, offset, aerr := queryPage(q, 100, fsm.MaxStatusQueues, 1<<31-1)
+	q, aerr := queryFilters(r, "namespace", "task")
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	// No offset bound: one past the last queue is an empty page, as in
+	// GET /api/v1/resources/queues (queen-api.md 1.2: integers never fail).
+	limit, offset, aerr := queryPage(q, 100, fsm.MaxStatusQueues, math.MaxInt)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -205,7 +216,11 @@ func (s *Server) handleStatusAnalytics(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	q := r.URL.Query()
+	q, aerr := queryFilters(r, "queue", "namespace", "task", "from", "to", "interval")
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
 	interval := q.Get("interval")
 	if interval == "" {
 		interval = "hour"
