@@ -31,14 +31,16 @@ type PopCheck struct {
 	// WakeAt is the earliest unix µs at which something may become
 	// deliverable without a new push (lease expiry, delay, window); 0 if none.
 	WakeAt int64
-	// MinPopWait is the largest minPopWaitTime (ms) of the queues in scope.
+	// MinPopWait is the largest minPopWaitTime (ms) of the queues the check
+	// walked: the named queue, or for a discovery pop the queues it reaches
+	// in its round-robin order before it stops, the ones it would take from.
 	MinPopWait int64
 	// Denied is set when an access.consumers list refuses the principal.
 	Denied bool
 	// Maintenance is set while pop maintenance is on (queen-api.md 3.17):
 	// every pop answers 204 at once, and nothing else was checked.
 	Maintenance bool
-	// Encrypted is set when a queue in scope has encryptionEnabled: a node
+	// Encrypted is set when a queue the check walked has encryptionEnabled: a node
 	// without the key refuses a pop naming such a queue before leasing.
 	Encrypted bool
 }
