@@ -86,6 +86,9 @@ type groupCursor struct {
 	// charged: a failed item of this command charged the retry counter and
 	// released the lease; the delivery's other failed items change nothing.
 	charged bool
+	// released: a failed or retry item of this command released the lease
+	// without moving the position.
+	released bool
 }
 
 type ackTarget struct {
@@ -188,6 +191,23 @@ func (s *ackSession) apply(it *AckItem, t ackTarget, inTx bool) AckItemResult {
 		r.Error = ErrInvalidLease
 		return r
 	}
+	if it.HasLease && c.released {
+		// A failed or retry item of this command gave the delivery back:
+		// the lease no longer holds the partition (queen-api.md 4.10 step
+		// 2). The rest of the delivery reported failed or retry changes
+		// nothing (one charge per delivery); a completed or dlq item would
+		// move the position past the message given back, which would then
+		// be neither redelivered nor dead-lettered.
+		switch {
+		case it.Status == AckRetry && inTx:
+			r.Error = "Unknown status: retry"
+		case it.Status == AckFailed || it.Status == AckRetry:
+			r.Success = true
+		default:
+			r.Error = ErrInvalidLease
+		}
+		return r
+	}
 	now := s.a.now
 	switch it.Status {
 	case AckCompleted:
@@ -212,7 +232,7 @@ func (s *ackSession) apply(it *AckItem, t ackTarget, inTx bool) AckItemResult {
 				g.Retry++
 				s.release(c)
 				r.LeaseReleased = true
-				c.charged = true
+				c.charged, c.released = true, true
 			}
 			break
 		}
@@ -243,6 +263,7 @@ func (s *ackSession) apply(it *AckItem, t ackTarget, inTx bool) AckItemResult {
 		if c.g != nil && c.g.LeaseLive(now) {
 			s.release(c)
 			r.LeaseReleased = true
+			c.released = true
 		}
 	default:
 		r.Error = "Unknown status: " + it.StatusText
