@@ -263,13 +263,15 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 		switch op.Kind {
 		case fsm.OpPush:
 			m["type"] = "push"
+			// A duplicate names the partition holding the original, as a
+			// queued push names its own (queen-api.md 4.15).
 			m["messageId"] = formatUUID(op.MessageID)
+			m["partitionId"] = formatUUID(op.PartitionID)
 			m["queueName"] = op.Queue
 			if op.Status == fsm.PushDuplicate {
 				m["status"] = "duplicate"
 			} else {
 				m["status"] = "queued"
-				m["partitionId"] = formatUUID(op.PartitionID)
 			}
 		case fsm.OpAck:
 			m["type"] = "ack"
