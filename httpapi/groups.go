@@ -79,7 +79,12 @@ func (s *Server) handleGetGroup(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	queues, err := s.state.ConsumerGroup(pathVar(r, "group"), nowMicros())
+	group := pathVar(r, "group")
+	if aerr := checkName("consumerGroup", group); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	queues, err := s.state.ConsumerGroup(group, nowMicros())
 	if err != nil {
 		internalError(w, err)
 		return
@@ -102,10 +107,15 @@ func (s *Server) handleGetGroup(w http.ResponseWriter, r *http.Request) {
 // queryBoolDefaultTrue reads a boolean query parameter whose default is
 // true: absent or empty it is the default; otherwise, as every boolean
 // parameter (queen-api.md 1.2), it is true only for "true" and "1". For
-// deleteMetadata an unclear value therefore keeps the records.
-func queryBoolDefaultTrue(r *http.Request, name string) bool {
-	q := r.URL.Query()
-	return q.Get(name) == "" || queryBool(q, name)
+// deleteMetadata an unclear value therefore keeps the records; one that
+// does not URL-decode is refused, since url.Values would drop it and so
+// read it as absent, which is true.
+func queryBoolDefaultTrue(r *http.Request, name string) (bool, *apiError) {
+	q, aerr := queryFilters(r, name)
+	if aerr != nil {
+		return false, aerr
+	}
+	return q.Get(name) == "" || queryBool(q, name), nil
 }
 
 // checkPathNames refuses path names over the name limit with a 400 naming the
@@ -125,7 +135,11 @@ func (s *Server) handleDeleteGroup(w http.ResponseWriter, r *http.Request) {
 	if s.forwardEarly(w, r, nil) {
 		return
 	}
-	deleteMetadata := queryBoolDefaultTrue(r, "deleteMetadata")
+	deleteMetadata, aerr := queryBoolDefaultTrue(r, "deleteMetadata")
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
 	c := &fsm.DeleteGroup{Group: pathVar(r, "group"), DeleteMetadata: deleteMetadata}
 	if _, one := mux.Vars(r)["queue"]; one {
 		c.OneQueue, c.Queue = true, pathVar(r, "queue")

@@ -43,7 +43,7 @@ func queryTime(q url.Values, name string) (t time.Time, ok bool, aerr *apiError)
 }
 
 // queryRange reads from and to, defaulting to [now - span, now] (queen-api.md
-// 3.12, 3.14: the default start is measured from now, whatever to says). A
+// 3.14: the default start is measured from now, whatever to says). A
 // from the client sent after its to is refused; a defaulted from after the
 // client's to leaves nothing in the range, which empty reports (from is then
 // to, so a caller that still answers gets a zero-length range).
@@ -70,6 +70,38 @@ func queryRange(q url.Values, now time.Time, span time.Duration) (from, to time.
 			from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
 	}
 	return from, to, false, nil
+}
+
+// messageRange reads the message listing's from and to as the unix µs
+// range [from, before) (queen-api.md 3.12): from defaults to now - 1 h and
+// to to now, and to includes the whole of its minute, so before is the start
+// of the next one. Only a from the client sent at or after the end of its
+// own to's minute is refused; a from inside that minute still leaves a
+// range, and one after a defaulted bound leaves an empty range.
+func messageRange(q url.Values, now time.Time) (from, before int64, aerr *apiError) {
+	to, hasTo, aerr := queryTime(q, "to")
+	if aerr != nil {
+		return 0, 0, aerr
+	}
+	if !hasTo {
+		to = now
+	}
+	f, hasFrom, aerr := queryTime(q, "from")
+	if aerr != nil {
+		return 0, 0, aerr
+	}
+	if !hasFrom {
+		f = now.Add(-time.Hour)
+	}
+	end := to.Truncate(time.Minute).Add(time.Minute)
+	if f.Before(end) {
+		return f.UnixMicro(), end.UnixMicro(), nil
+	}
+	if hasFrom && hasTo {
+		return 0, 0, badRequest(codeInvalidField, "from", "from (%s) is after to (%s, inclusive to the end of its minute)",
+			f.UTC().Format(time.RFC3339Nano), to.UTC().Format(time.RFC3339Nano))
+	}
+	return f.UnixMicro(), f.UnixMicro(), nil
 }
 
 func optUUID(id [16]byte, ok bool) any {
@@ -105,18 +137,13 @@ func (s *Server) handleListMessages(w http.ResponseWriter, r *http.Request) {
 			"status must be one of pending, processing, completed, dead_letter, got %q", query.Status))
 		return
 	}
-	from, to, empty, aerr := queryRange(q, now, time.Hour)
+	query.From, query.Before, aerr = messageRange(q, now)
 	if aerr == nil {
 		query.Limit, query.Offset, aerr = queryPage(q, 200, fsm.MaxBrowseLimit, fsm.MaxBrowseOffset)
 	}
 	if aerr != nil {
 		writeError(w, aerr)
 		return
-	}
-	// `to` includes the whole of its minute, unless the range is empty.
-	query.From, query.Before = from.UnixMicro(), to.Truncate(time.Minute).Add(time.Minute).UnixMicro()
-	if empty {
-		query.Before = query.From
 	}
 	list, err := s.state.ListMessages(query, now.UnixMicro())
 	if err != nil {
@@ -153,7 +180,12 @@ func (s *Server) handleGetMessage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest(codeInvalidField, "partitionId", "partitionId must be a UUID, got %q", pathVar(r, "partitionId")))
 		return
 	}
-	d, err := s.state.Message(pid, pathVar(r, "transactionId"), nowMicros())
+	txID := pathVar(r, "transactionId")
+	if aerr := checkName("transactionId", txID); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	d, err := s.state.Message(pid, txID, nowMicros())
 	if err != nil {
 		internalError(w, err)
 		return
