@@ -102,24 +102,32 @@ func TestLinesLeavePassesTheTurnAndEmptyLinesGo(t *testing.T) {
 	}
 }
 
-// A holder that finds something to claim while a pop ahead of it is parked
-// and not woken lets it look first, once per look; a pop ahead whose lease
-// is already queued does not count.
-func TestLinesYieldOncePerLook(t *testing.T) {
-	ws := newWaiters()
-	now := time.Now()
-	parked := ws.join(lineLease("q", "g"), now)
+// parkedThenHolder puts a pop in a line that looked, found nothing and
+// parked (not wanting a look), then a later pop that holds the turn.
+func parkedThenHolder(t *testing.T, ws *waiters, now time.Time) (parked, holder *waiter) {
+	t.Helper()
+	parked = ws.join(lineLease("q", "g"), now)
 	ws.ready(parked, true)
 	if !holds(parked) {
 		t.Fatal("no turn")
 	}
 	ws.pass(parked)
 	ws.ready(parked, false) // found nothing: parked, not wanting
-	fresh := ws.join(lineLease("q", "g"), now.Add(time.Millisecond))
-	ws.ready(fresh, true)
-	if !holds(fresh) {
+	holder = ws.join(lineLease("q", "g"), now.Add(time.Millisecond))
+	ws.ready(holder, true)
+	if !holds(holder) {
 		t.Fatal("a new pop waited behind a parked one nobody woke")
 	}
+	return parked, holder
+}
+
+// A holder that finds something to claim while a pop ahead of it is parked
+// and not woken lets it look first, once per look; a pop ahead whose lease
+// is already queued does not count.
+func TestLinesYieldOncePerLook(t *testing.T) {
+	ws := newWaiters()
+	now := time.Now()
+	parked, fresh := parkedThenHolder(t, ws, now)
 	if !ws.yield(fresh) {
 		t.Fatal("the new pop did not let the parked one look first")
 	}
@@ -161,18 +169,7 @@ func TestLinesYieldOncePerLook(t *testing.T) {
 func TestLinesYielderKeepsItsPlaceBeforeItWaitsAgain(t *testing.T) {
 	ws := newWaiters()
 	now := time.Now()
-	parked := ws.join(lineLease("q", "g"), now)
-	ws.ready(parked, true)
-	if !holds(parked) {
-		t.Fatal("no turn")
-	}
-	ws.pass(parked)
-	ws.ready(parked, false) // found nothing: parked
-	yielder := ws.join(lineLease("q", "g"), now.Add(time.Millisecond))
-	ws.ready(yielder, true)
-	if !holds(yielder) {
-		t.Fatal("no turn for the second pop")
-	}
+	parked, yielder := parkedThenHolder(t, ws, now)
 	behind := ws.join(lineLease("q", "g"), now.Add(2*time.Millisecond))
 	ws.ready(behind, true)
 	if !ws.yield(yielder) {
