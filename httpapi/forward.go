@@ -206,13 +206,26 @@ func (s *Server) commitPrepared(w http.ResponseWriter, r *http.Request, body []b
 // transfer is in progress): the caller may send the request elsewhere.
 func (s *Server) proposeHere(w http.ResponseWriter, r *http.Request, cmd fsm.Command,
 	prepare func() *apiError, writeError func(http.ResponseWriter, *apiError)) (res any, ok, notLeader bool) {
+	ctx := r.Context()
 	if prepare != nil {
+		// The pushes seal here: in order with the configures that turn
+		// encryption on (seal_gate.go).
+		release, err := s.enterSeal(ctx)
+		if errors.Is(err, errSealNotLeader) {
+			return nil, false, true
+		}
+		if err != nil {
+			writeError(w, &apiError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: err.Error()})
+			return nil, false, false
+		}
+		defer release()
+		ctx = raftnode.WithEnqueued(ctx, release)
 		if aerr := prepare(); aerr != nil {
 			writeError(w, aerr)
 			return nil, false, false
 		}
 	}
-	res, idx, err := s.cluster.Propose(r.Context(), cmd)
+	res, idx, err := s.cluster.Propose(ctx, cmd)
 	switch {
 	case err == nil:
 		if er, ok := res.(*fsm.ErrorResult); ok {

@@ -23,6 +23,12 @@ func (s *Server) handleConfigure(w http.ResponseWriter, r *http.Request) {
 			"encryptionEnabled requires QUEEN_ENCRYPTION_KEY (64 hex characters) on every node; refusing to store plaintext in a queue marked encrypted"))
 		return
 	}
+	if c.Options.EncryptionEnabled {
+		// No push sealed on this node may read the queue's encryption
+		// between this configure's queueing and its apply (seal_gate.go).
+		s.seals.mu.Lock()
+		defer s.seals.mu.Unlock()
+	}
 	res, ok := s.commit(w, r, body, &fsm.ConfigureSet{Configure: *c, Present: configurePresence(body)})
 	if !ok {
 		return

@@ -35,6 +35,7 @@ type Cluster interface {
 	Status() raftnode.Status
 	ReadIndex() (uint64, error)
 	WaitApplied(ctx context.Context, index uint64) error
+	Barrier(ctx context.Context) error
 	Members() ([]raftnode.Member, error)
 	AddVoter(id, addr string, timeout time.Duration) error
 	RemoveServer(id string, timeout time.Duration) error
@@ -86,6 +87,9 @@ type Server struct {
 	// cluster: it must not register itself again meanwhile.
 	leaving atomic.Bool
 	ojs     *ojs.Handler
+	// seals orders the pushes this node seals as the leader against the
+	// configures that turn encryption on (seal_gate.go).
+	seals sealGate
 }
 
 // New builds the server and subscribes its long-poll waiters to commits.

@@ -438,6 +438,26 @@ func (n *Node) lastCommandAtOrBelow(index uint64) uint64 {
 	return applied
 }
 
+// Barrier returns once the state machine has applied every entry the log
+// holds before a barrier this leader appends (raft.Barrier): after it, the
+// local state includes whatever earlier leaders left in the log, committed
+// or committed along with this leader's first entry. It waits until ctx's
+// deadline, or 10 s without one.
+func (n *Node) Barrier(ctx context.Context) error {
+	timeout := 10 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		timeout = max(time.Until(d), time.Millisecond)
+	}
+	if err := n.raft.Barrier(timeout).Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
+			errors.Is(err, raft.ErrLeadershipTransferInProgress) {
+			return fmt.Errorf("%w: %v", ErrNotLeader, err)
+		}
+		return fmt.Errorf("barrier: %w", err)
+	}
+	return nil
+}
+
 // WaitApplied blocks until the state machine has applied index, or ctx ends.
 func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
 	return n.fsm.WaitApplied(ctx, index)
