@@ -42,34 +42,33 @@ func queryTime(q url.Values, name string) (t time.Time, ok bool, aerr *apiError)
 	return t, true, nil
 }
 
-// queryRange reads from and to, defaulting to [now - span, now] (queen-api.md
-// 3.14: the default start is measured from now, whatever to says). A
-// from the client sent after its to is refused; a defaulted from after the
-// client's to leaves nothing in the range, which empty reports (from is then
-// to, so a caller that still answers gets a zero-length range).
-func queryRange(q url.Values, now time.Time, span time.Duration) (from, to time.Time, empty bool, aerr *apiError) {
+// queryRange reads the status endpoints' from and to, defaulting to
+// [now - span, now] (queen-api.md 3.14: the default start is measured from
+// now, whatever to says). A from the client sent after its to is refused; a
+// defaulted from after the client's to becomes to, a zero-length range.
+func queryRange(q url.Values, now time.Time, span time.Duration) (from, to time.Time, aerr *apiError) {
 	to, ok, aerr := queryTime(q, "to")
 	if aerr != nil {
-		return from, to, false, aerr
+		return from, to, aerr
 	}
 	if !ok {
 		to = now
 	}
 	from, ok, aerr = queryTime(q, "from")
 	if aerr != nil {
-		return from, to, false, aerr
+		return from, to, aerr
 	}
 	if !ok {
 		from = now.Add(-span)
 		if from.After(to) {
-			return to, to, true, nil
+			return to, to, nil
 		}
 	}
 	if from.After(to) {
-		return from, to, false, badRequest(codeInvalidField, "from", "from (%s) is after to (%s)",
+		return from, to, badRequest(codeInvalidField, "from", "from (%s) is after to (%s)",
 			from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
 	}
-	return from, to, false, nil
+	return from, to, nil
 }
 
 // messageRange reads the message listing's from and to as the unix µs

@@ -28,8 +28,10 @@ import (
 //     before the term is applied.
 //
 // Configures that turn encryption on are rare; a push pays an uncontended
-// read lock. Lock order: mu, then viewMu; viewMu is a leaf, and neither is
-// held while waiting for the barrier.
+// read lock. Locks: mu and viewMu are never held together, and neither
+// while waiting for the barrier; a configure holds mu while it commits, and
+// a push holds it only until its command is queued, which waits for
+// nothing the configure holds.
 type sealGate struct {
 	mu       sync.RWMutex
 	viewMu   sync.Mutex

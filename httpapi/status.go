@@ -57,7 +57,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := time.Now()
-	from, to, _, aerr := queryRange(q, now, time.Hour)
+	from, to, aerr := queryRange(q, now, time.Hour)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -230,7 +230,7 @@ func (s *Server) handleStatusAnalytics(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest(codeInvalidField, "interval", "interval must be minute, hour or day, got %q", interval))
 		return
 	}
-	from, to, _, aerr := queryRange(q, time.Now(), 24*time.Hour)
+	from, to, aerr := queryRange(q, time.Now(), 24*time.Hour)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
