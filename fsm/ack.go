@@ -187,6 +187,15 @@ func (s *ackSession) apply(it *AckItem, t ackTarget, inTx bool) AckItemResult {
 		r.Success = true
 		return r
 	}
+	if resolved && !it.HasLease && (it.Status == AckFailed || (it.Status == AckRetry && !inTx)) {
+		// Without a lease id nothing ties a consumed message to the
+		// delivery now holding the partition: an auto-acknowledged message
+		// (its pop answered leaseId "") reported failed must change nothing
+		// (queen-api.md 4.8), not give back another consumer's batch and
+		// charge its retry budget.
+		r.Success = true
+		return r
+	}
 	if it.HasLease && (it.LeaseID != c.leaseAtStart || c.leaseAtStart == [16]byte{}) {
 		r.Error = ErrInvalidLease
 		return r
