@@ -323,19 +323,24 @@ func (f *forwarder) do(ctx context.Context, r *http.Request, body []byte, leader
 	// leader may have leased for the first, and a second would lease again,
 	// or fail to dial and read as "nothing was applied". Once the request
 	// has been written, a second connection cancels it instead. Only
-	// bodiless GETs are resent that way, so only they carry the trace (the
-	// forwarded pushes and acks are POSTs with bodies).
+	// bodiless GETs are resent that way, so only they watch for a second
+	// connection (the forwarded pushes and acks are POSTs with bodies).
 	var wrote atomic.Bool
+	// sent: the request's headers were written to a connection. Until
+	// then a failure of any kind (a dial refused, the attempt abandoned
+	// because the leader changed before it was written) applied nothing,
+	// and the request may go to the next leader.
+	var sent atomic.Bool
+	trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }}
 	if r.Method == http.MethodGet {
-		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-			WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
-			GetConn: func(string) {
-				if wrote.Load() {
-					cancel()
-				}
-			},
-		})
+		trace.WroteRequest = func(httptrace.WroteRequestInfo) { wrote.Store(true) }
+		trace.GetConn = func(string) {
+			if wrote.Load() {
+				cancel()
+			}
+		}
 	}
+	ctx = httptrace.WithClientTrace(ctx, trace)
 	req, err := http.NewRequestWithContext(ctx, r.Method, strings.TrimRight(leader, "/")+uri, rd)
 	if err != nil {
 		cancel()
@@ -349,7 +354,7 @@ func (f *forwarder) do(ctx context.Context, r *http.Request, body []byte, leader
 	req.Header.Set(headerHops, strconv.Itoa(hops+1))
 	resp, err := f.send(req, cancel)
 	if err != nil {
-		if isDialError(err) && !wrote.Load() {
+		if !sent.Load() || (isDialError(err) && !wrote.Load()) {
 			return nil, &apiError{Status: http.StatusServiceUnavailable, Code: codeNoLeader, notSent: true,
 				Message: "The leader could not be reached; nothing was applied: " + err.Error()}
 		}

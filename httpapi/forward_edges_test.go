@@ -92,6 +92,14 @@ func newFollowerStackServer(t *testing.T, handler http.HandlerFunc, opts ...stac
 		view = &followerView{Cluster: c}
 		return view
 	}, opts...)
+	leader := followGhost(t, s, view, handler)
+	return s, view, leader
+}
+
+// followGhost registers the scripted leader served by handler as "ghost"
+// and makes view follow it.
+func followGhost(t *testing.T, s *stack, view *followerView, handler http.Handler) *httptest.Server {
+	t.Helper()
 	leader := httptest.NewServer(handler)
 	t.Cleanup(leader.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -100,7 +108,7 @@ func newFollowerStackServer(t *testing.T, handler http.HandlerFunc, opts ...stac
 		t.Fatal(err)
 	}
 	view.following.Store(true)
-	return s, view, leader
+	return leader
 }
 
 // leaderStandIn answers like a Crown leader with an empty queue: a pop
@@ -274,5 +282,51 @@ func TestForwardPopAfterLostLeadershipKeepsItsTimeout(t *testing.T) {
 	if took > timeout+400*time.Millisecond {
 		t.Fatalf("long-poll pop with timeout=1000 answered %d after %v (forwarded to the new leader as %q): "+
 			"later than its timeout", r.Status, took.Round(time.Millisecond), forwarded)
+	}
+}
+
+// staleOnce makes the next LeaderView a view that has already ended, as
+// when the leader changes between a follower resolving the leader and
+// sending to it.
+type staleOnce struct {
+	*followerView
+	stale atomic.Bool
+}
+
+func (c *staleOnce) LeaderView() context.Context {
+	if c.stale.CompareAndSwap(true, false) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		return ctx
+	}
+	return c.followerView.LeaderView()
+}
+
+// A forwarded push abandoned because the leader changed before anything of
+// it was written applied nothing: the follower sends it to the leader it
+// learns next instead of answering "may have been applied". CI once saw the
+// follower answer 503 forwarding_failed for a push sent right after the
+// leader's SIGKILL, the dead leader's successor being elected meanwhile.
+func TestForwardAbandonedBeforeWritingGoesToTheNextLeader(t *testing.T) {
+	var got atomic.Int32
+	var view *staleOnce
+	s := newStackWrapped(t, func(c httpapi.Cluster) httpapi.Cluster {
+		view = &staleOnce{followerView: &followerView{Cluster: c}}
+		return view
+	})
+	followGhost(t, s, view.followerView, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		got.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `[{"status":"queued","transaction_id":"after-change"}]`)
+	}))
+	view.stale.Store(true)
+	r := s.post("/api/v1/push", `{"items":[{"queue":"q","payload":1,"transactionId":"after-change"}]}`)
+	if r.Status != http.StatusCreated {
+		t.Fatalf("push through the follower: %d %s, want the next leader's 201", r.Status, r.Raw)
+	}
+	if n := got.Load(); n != 1 {
+		t.Fatalf("the leader received the push %d times, want once", n)
 	}
 }
