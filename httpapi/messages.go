@@ -42,61 +42,56 @@ func queryTime(q url.Values, name string) (t time.Time, ok bool, aerr *apiError)
 	return t, true, nil
 }
 
-// queryRange reads the status endpoints' from and to, defaulting to
-// [now - span, now] (queen-api.md 3.14: the default start is measured from
-// now, whatever to says). A from the client sent after its to is refused; a
-// defaulted from after the client's to becomes to, a zero-length range.
-func queryRange(q url.Values, now time.Time, span time.Duration) (from, to time.Time, aerr *apiError) {
-	to, ok, aerr := queryTime(q, "to")
-	if aerr != nil {
-		return from, to, aerr
+// rangeBounds reads from and to, defaulting to [now - span, now]
+// (queen-api.md 3.12, 3.14: the default start is measured from now, whatever
+// to says); sentFrom and sentTo say which the client sent.
+func rangeBounds(q url.Values, now time.Time, span time.Duration) (from, to time.Time, sentFrom, sentTo bool, aerr *apiError) {
+	if to, sentTo, aerr = queryTime(q, "to"); aerr != nil {
+		return
 	}
-	if !ok {
+	if !sentTo {
 		to = now
 	}
-	from, ok, aerr = queryTime(q, "from")
-	if aerr != nil {
-		return from, to, aerr
+	if from, sentFrom, aerr = queryTime(q, "from"); aerr != nil {
+		return
 	}
-	if !ok {
+	if !sentFrom {
 		from = now.Add(-span)
-		if from.After(to) {
-			return to, to, nil
-		}
 	}
-	if from.After(to) {
-		return from, to, badRequest(codeInvalidField, "from", "from (%s) is after to (%s)",
-			from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
-	}
-	return from, to, nil
+	return
 }
 
-// messageRange reads the message listing's from and to as the unix µs
-// range [from, before) (queen-api.md 3.12): from defaults to now - 1 h and
-// to to now, and to includes the whole of its minute, so before is the start
-// of the next one. Only a from the client sent at or after the end of its
-// own to's minute is refused; a from inside that minute still leaves a
-// range, and one after a defaulted bound leaves an empty range.
+// queryRange reads the status endpoints' from and to (rangeBounds). A from
+// the client sent after its to is refused; a defaulted from after the
+// client's to becomes to, a zero-length range.
+func queryRange(q url.Values, now time.Time, span time.Duration) (from, to time.Time, aerr *apiError) {
+	from, to, sentFrom, _, aerr := rangeBounds(q, now, span)
+	if aerr != nil || !from.After(to) {
+		return from, to, aerr
+	}
+	if !sentFrom {
+		return to, to, nil
+	}
+	return from, to, badRequest(codeInvalidField, "from", "from (%s) is after to (%s)",
+		from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
+}
+
+// messageRange reads the message listing's from and to (rangeBounds, one
+// hour) as the unix µs range [from, before) (queen-api.md 3.12): to
+// includes the whole of its minute, so before is the start of the next one.
+// Only a from the client sent at or after the end of its own to's minute is
+// refused; a from inside that minute still leaves a range, and one after a
+// defaulted bound leaves an empty range.
 func messageRange(q url.Values, now time.Time) (from, before int64, aerr *apiError) {
-	to, hasTo, aerr := queryTime(q, "to")
+	f, to, sentFrom, sentTo, aerr := rangeBounds(q, now, time.Hour)
 	if aerr != nil {
 		return 0, 0, aerr
-	}
-	if !hasTo {
-		to = now
-	}
-	f, hasFrom, aerr := queryTime(q, "from")
-	if aerr != nil {
-		return 0, 0, aerr
-	}
-	if !hasFrom {
-		f = now.Add(-time.Hour)
 	}
 	end := to.Truncate(time.Minute).Add(time.Minute)
 	if f.Before(end) {
 		return f.UnixMicro(), end.UnixMicro(), nil
 	}
-	if hasFrom && hasTo {
+	if sentFrom && sentTo {
 		return 0, 0, badRequest(codeInvalidField, "from", "from (%s) is after to (%s, inclusive to the end of its minute)",
 			f.UTC().Format(time.RFC3339Nano), to.UTC().Format(time.RFC3339Nano))
 	}

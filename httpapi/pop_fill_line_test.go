@@ -98,11 +98,7 @@ func TestLongPollWhoseClaimCameBackEmptyDoesNotFillWaitTwice(t *testing.T) {
 // still answer at once, not when the pop ahead's fill wait ends.
 func TestNoWaitPopIsAnsweredAtOnceWhileAPopAheadFillWaits(t *testing.T) {
 	s := newParkingStack(t)
-	s.configure(obj{"queue": "nowaitfill", "options": obj{"minPopWaitTime": 3000}})
-	s.push(obj{"queue": "nowaitfill", "payload": 1, "transactionId": "m"})
-	answers := make(chan popAnswer, 2)
-	s.startPop(context.Background(), 0, "/api/v1/pop/queue/nowaitfill?batch=10&wait=true&timeout=10000", answers)
-	time.Sleep(300 * time.Millisecond) // pop 0 is in its fill wait (see the fill-order test)
+	answers := s.startFillWait("nowaitfill", 3000, 10000) // pop 0 is in its fill wait
 	start := time.Now()
 	s.startPop(context.Background(), 1, "/api/v1/pop/queue/nowaitfill?batch=1", answers)
 	a := nextAnswer(t, answers, "the two pops")
@@ -124,11 +120,7 @@ func TestNoWaitPopIsAnsweredAtOnceWhileAPopAheadFillWaits(t *testing.T) {
 // pop of its scope during the drain must not wait for that fill wait.
 func TestFillWaitingLongPollAndNoWaitPopBehindItAnswerPromptlyWhenTheNodeDrains(t *testing.T) {
 	s := newParkingStack(t)
-	s.configure(obj{"queue": "drainfill", "options": obj{"minPopWaitTime": 5000}})
-	s.push(obj{"queue": "drainfill", "payload": 1, "transactionId": "m"})
-	answers := make(chan popAnswer, 2)
-	s.startPop(context.Background(), 0, "/api/v1/pop/queue/drainfill?batch=10&wait=true&timeout=10000", answers)
-	time.Sleep(300 * time.Millisecond) // pop 0 is in its fill wait
+	answers := s.startFillWait("drainfill", 5000, 10000) // pop 0 is in its fill wait
 	start := time.Now()
 	s.API.Drain()
 	s.startPop(context.Background(), 1, "/api/v1/pop/queue/drainfill?batch=1", answers)

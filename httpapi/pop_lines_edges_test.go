@@ -209,13 +209,7 @@ func TestNewPopIsAnsweredWhileCommitsKeepWakingTheParkedPopsAheadOfIt(t *testing
 // fill wait ends.
 func TestLaterPopDoesNotTakeTheMessageAnEarlierPopIsFillingItsBatchWith(t *testing.T) {
 	s := newParkingStack(t)
-	s.configure(obj{"queue": "fillorder", "options": obj{"minPopWaitTime": 1000}})
-	s.push(obj{"queue": "fillorder", "payload": 1, "transactionId": "m"})
-	answers := make(chan popAnswer, 2)
-	s.startPop(context.Background(), 0, "/api/v1/pop/queue/fillorder?batch=10&wait=true&timeout=3000", answers)
-	// A is in its 1 s fill wait by then (nothing to observe it by: the fill
-	// wait counters move when it ends).
-	time.Sleep(300 * time.Millisecond)
+	answers := s.startFillWait("fillorder", 1000, 3000)
 	s.startPop(context.Background(), 1, "/api/v1/pop/queue/fillorder?batch=1&wait=true&timeout=3000", answers)
 	a := nextAnswer(t, answers, "the two pops")
 	if a.who != 0 || a.status != http.StatusOK || len(a.txIDs) != 1 {
@@ -234,39 +228,20 @@ func TestPopLineIsNotWedgedByPopsLeavingAtAnyPoint(t *testing.T) {
 	s := newParkingStack(t)
 	const pops = 200
 	answers := make(chan popAnswer, pops)
-	var cancels []context.CancelFunc
-	for i := range pops {
-		ctx, cancel := context.WithCancel(context.Background())
-		cancels = append(cancels, cancel)
-		var path string
+	s.popStorm(t, "storm", pops, func(i int) string {
 		switch i % 4 {
 		case 0:
-			path = fmt.Sprintf("/api/v1/pop/queue/storm?batch=%d&wait=true&timeout=%d", 1+i%3, 50+i%7*40)
+			return fmt.Sprintf("/api/v1/pop/queue/storm?batch=%d&wait=true&timeout=%d", 1+i%3, 50+i%7*40)
 		case 1:
-			path = "/api/v1/pop/queue/storm?batch=2&autoAck=true"
+			return "/api/v1/pop/queue/storm?batch=2&autoAck=true"
 		case 2:
-			path = fmt.Sprintf("/api/v1/pop/queue/storm?batch=1&wait=true&timeout=%d&autoAck=true", 100+i%5*100)
-		case 3:
-			path = "/api/v1/pop/queue/storm?batch=1&wait=true&timeout=2000&leaseSeconds=1"
+			return fmt.Sprintf("/api/v1/pop/queue/storm?batch=1&wait=true&timeout=%d&autoAck=true", 100+i%5*100)
+		default:
+			return "/api/v1/pop/queue/storm?batch=1&wait=true&timeout=2000&leaseSeconds=1"
 		}
-		s.startPop(ctx, i, path, answers)
-		if i%5 == 0 {
-			s.push(obj{"queue": "storm", "partition": fmt.Sprintf("p%d", i%3), "payload": i})
-		}
-		if i%6 == 0 {
-			go func() {
-				time.Sleep(time.Duration(i%9) * 7 * time.Millisecond)
-				cancel()
-			}()
-		}
-	}
-	for range pops {
-		nextAnswer(t, answers, "the storm")
-	}
-	for _, c := range cancels {
-		c()
-	}
-	s.waitParked("storm", 0)
+	}, func(i int) {
+		s.push(obj{"queue": "storm", "partition": fmt.Sprintf("p%d", i%3), "payload": i})
+	}, 5, 6, 7*time.Millisecond, answers)
 	// Drain what is left, then a long-poll must be woken by a push.
 	for s.pop("/api/v1/pop/queue/storm?batch=100&partitions=10&autoAck=true") != nil {
 	}
@@ -314,37 +289,16 @@ func TestFollowerPopLineIsNotWedgedByRelayedPopsLeavingAtAnyPoint(t *testing.T) 
 	}
 	const pops = 120
 	answers := make(chan popAnswer, pops)
-	var cancels []context.CancelFunc
-	for i := range pops {
-		ctx, cancel := context.WithCancel(context.Background())
-		cancels = append(cancels, cancel)
-		var path string
+	s.popStorm(t, "fstorm", pops, func(i int) string {
 		switch i % 3 {
 		case 0:
-			path = fmt.Sprintf("/api/v1/pop/queue/fstorm?batch=1&wait=true&timeout=%d", 100+i%7*60)
+			return fmt.Sprintf("/api/v1/pop/queue/fstorm?batch=1&wait=true&timeout=%d", 100+i%7*60)
 		case 1:
-			path = "/api/v1/pop/queue/fstorm?batch=2"
-		case 2:
-			path = fmt.Sprintf("/api/v1/pop/queue/fstorm?batch=1&wait=true&timeout=%d", 300+i%5*100)
+			return "/api/v1/pop/queue/fstorm?batch=2"
+		default:
+			return fmt.Sprintf("/api/v1/pop/queue/fstorm?batch=1&wait=true&timeout=%d", 300+i%5*100)
 		}
-		s.startPop(ctx, i, path, answers)
-		if i%4 == 0 {
-			localPush(i)
-		}
-		if i%7 == 0 {
-			go func() {
-				time.Sleep(time.Duration(i%9) * 5 * time.Millisecond)
-				cancel()
-			}()
-		}
-	}
-	for range pops {
-		nextAnswer(t, answers, "the follower storm")
-	}
-	for _, c := range cancels {
-		c()
-	}
-	s.waitParked("fstorm", 0)
+	}, localPush, 4, 7, 5*time.Millisecond, answers)
 	before := relayed.Load()
 	s.startPop(context.Background(), -1, "/api/v1/pop/queue/fstorm?batch=1&wait=true&timeout=3000", answers)
 	s.waitParked("fstorm", 1)
@@ -357,4 +311,49 @@ func TestFollowerPopLineIsNotWedgedByRelayedPopsLeavingAtAnyPoint(t *testing.T) 
 		t.Fatalf("after the storm a woken long-poll was not relayed (relayed %d, before %d)", relayed.Load(), before)
 	}
 	nextAnswer(t, answers, "the last long-poll")
+}
+
+// startFillWait configures queue with minPopWaitTime fillMs, stores one
+// message and starts pop 0 (batch 10, a long-poll of timeoutMs) on it; it
+// returns once that pop is in its fill wait (nothing observes it there: the
+// fill-wait counters move when it ends, so it waits 300 ms), with the
+// channel its answer, and one more pop's, arrive on.
+func (s parkingStack) startFillWait(queue string, fillMs, timeoutMs int) chan popAnswer {
+	s.configure(obj{"queue": queue, "options": obj{"minPopWaitTime": fillMs}})
+	s.push(obj{"queue": queue, "payload": 1, "transactionId": "m"})
+	answers := make(chan popAnswer, 2)
+	s.startPop(context.Background(), 0, fmt.Sprintf("/api/v1/pop/queue/%s?batch=10&wait=true&timeout=%d", queue, timeoutMs), answers)
+	time.Sleep(300 * time.Millisecond)
+	return answers
+}
+
+// popStorm starts n pops, the i-th on path(i); after starting the i-th it
+// calls push(i) when i%pushEvery is 0, and when i%cancelEvery is 0 it
+// cancels that pop's request after (i%9)*cancelStep. It waits for every
+// answer, cancels what is left and waits until nothing of queue is parked.
+func (s parkingStack) popStorm(t *testing.T, queue string, n int, path func(i int) string, push func(i int),
+	pushEvery, cancelEvery int, cancelStep time.Duration, answers chan popAnswer) {
+	t.Helper()
+	var cancels []context.CancelFunc
+	for i := range n {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancels = append(cancels, cancel)
+		s.startPop(ctx, i, path(i), answers)
+		if i%pushEvery == 0 {
+			push(i)
+		}
+		if i%cancelEvery == 0 {
+			go func() {
+				time.Sleep(time.Duration(i%9) * cancelStep)
+				cancel()
+			}()
+		}
+	}
+	for range n {
+		nextAnswer(t, answers, "the "+queue+" storm")
+	}
+	for _, c := range cancels {
+		c()
+	}
+	s.waitParked(queue, 0)
 }
