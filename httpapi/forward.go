@@ -375,8 +375,19 @@ func (f *forwarder) do(ctx context.Context, r *http.Request, body []byte, leader
 // microseconds between the two is not seen, and such a request waits for
 // the old leader as it did before this watch existed.
 func (f *forwarder) send(req *http.Request, cancel context.CancelFunc) (*http.Response, error) {
+	view := f.s.cluster.LeaderView()
+	if view.Err() != nil {
+		// The leader changed between resolving it and sending: nothing
+		// was written, so the caller may go to the next leader. Checked
+		// here rather than left to the watch below, whose cancel runs on
+		// its own goroutine and could lose the race with the client
+		// writing the request, turning "not sent" into "may have been
+		// applied".
+		cancel()
+		return nil, errors.New("the leader changed before the request was sent")
+	}
 	var abandoned atomic.Bool
-	stop := context.AfterFunc(f.s.cluster.LeaderView(), func() {
+	stop := context.AfterFunc(view, func() {
 		abandoned.Store(true)
 		cancel()
 	})

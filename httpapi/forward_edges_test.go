@@ -307,6 +307,9 @@ func (c *staleOnce) LeaderView() context.Context {
 // learns next instead of answering "may have been applied". CI once saw the
 // follower answer 503 forwarding_failed for a push sent right after the
 // leader's SIGKILL, the dead leader's successor being elected meanwhile.
+// The follower must see the ended view before it starts writing: when only
+// the watch's cancel (on its own goroutine) caught it, 21 runs in 300 under
+// -race wrote the request first and had to answer "may have been applied".
 func TestForwardAbandonedBeforeWritingGoesToTheNextLeader(t *testing.T) {
 	var got atomic.Int32
 	var view *staleOnce
