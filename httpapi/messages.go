@@ -61,19 +61,23 @@ func rangeBounds(q url.Values, now time.Time, span time.Duration) (from, to time
 	return
 }
 
-// queryRange reads the status endpoints' from and to (rangeBounds). A from
-// the client sent after its to is refused; a defaulted from after the
-// client's to becomes to, a zero-length range.
+// queryRange reads the status endpoints' from and to (rangeBounds). Only a
+// from after the client's own to is refused; a bound after a defaulted one
+// (a from in the future, a to before the hour's default from) is a
+// zero-length range at the sent bound, as the message listing's is empty.
 func queryRange(q url.Values, now time.Time, span time.Duration) (from, to time.Time, aerr *apiError) {
-	from, to, sentFrom, _, aerr := rangeBounds(q, now, span)
-	if aerr != nil || !from.After(to) {
+	from, to, sentFrom, sentTo, aerr := rangeBounds(q, now, span)
+	switch {
+	case aerr != nil || !from.After(to):
 		return from, to, aerr
-	}
-	if !sentFrom {
+	case sentFrom && sentTo:
+		return from, to, badRequest(codeInvalidField, "from", "from (%s) is after to (%s)",
+			from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
+	case sentFrom:
+		return from, from, nil
+	default:
 		return to, to, nil
 	}
-	return from, to, badRequest(codeInvalidField, "from", "from (%s) is after to (%s)",
-		from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
 }
 
 // messageRange reads the message listing's from and to (rangeBounds, one
