@@ -10,6 +10,10 @@ import (
 const (
 	ErrStreamQueryNotFound     = "query not found"
 	ErrStreamPartitionNotFound = "partition not found"
+	// ErrStreamPushMaintenance fails a cycle that pushes while push
+	// maintenance is on; the HTTP layer answers it with a 503
+	// maintenance_mode (README: stream cycles that push are refused).
+	ErrStreamPushMaintenance = "push maintenance mode is on: stream cycles that push are refused until it is switched off; retry then"
 )
 
 func applyStreamRegister(a *applier, c *StreamRegister) any {
@@ -101,7 +105,7 @@ func (a *applier) streamCycle(c *StreamCycle) *StreamCycleResult {
 		// would overtake the buffered ones) nor buffered (the cycle would no
 		// longer be atomic), as for transactions (system_apply.go).
 		if must1(loadSetting(a.tx, settingPushMaintenance)).On {
-			res.Error = ErrPushMaintenance
+			res.Error = ErrStreamPushMaintenance
 			return res
 		}
 		prs, _, ref := a.pushAs(c.Items, c.Principal)

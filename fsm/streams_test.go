@@ -523,7 +523,7 @@ func TestStreamCycleDuringPushMaintenance(t *testing.T) {
 	}
 	c := m.cycle(StreamCycle{QueryID: id, PartitionID: part, Ops: []StateOp{upsert("a", "1")},
 		Items: []PushItem{item("totals", "p", "o1", "1")}})
-	if c.Success || c.Error != ErrPushMaintenance {
+	if c.Success || c.Error != ErrStreamPushMaintenance {
 		t.Fatalf("pushing cycle %+v", c)
 	}
 	if got := m.stateKeys(StreamStateQuery{QueryID: id, PartitionID: part}); len(got) != 0 {

@@ -244,15 +244,15 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	if aerr := s.refusePushDuringMaintenance(c); aerr != nil { // system.go
-		writeError(w, aerr)
-		return
-	}
 	var pushes [][]fsm.PushItem
 	for i := range c.Ops {
 		if c.Ops[i].Kind == fsm.OpPush {
 			pushes = append(pushes, c.Ops[i].Items)
 		}
+	}
+	if aerr := s.refusePushDuringMaintenance(len(pushes) > 0, fsm.ErrPushMaintenance); aerr != nil { // system.go
+		writeError(w, aerr)
+		return
 	}
 	var cmd fsm.Command = c
 	if p := principalOf(r); p != "" {
@@ -263,6 +263,10 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tr := res.(*fsm.TransactionResult)
+	if !tr.Success && tr.Error == fsm.ErrPushMaintenance {
+		writeError(w, maintenanceRefusal(tr.Error)) // it raced the switch
+		return
+	}
 	results := make([]map[string]any, len(tr.Results))
 	for i, op := range tr.Results {
 		m := map[string]any{"index": i, "success": op.Success, "transactionId": op.TxID}

@@ -101,11 +101,21 @@ func (s *Server) handleStreamCycle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.Principal = principalOf(r)
+	// A cycle that pushes during push maintenance is refused with a 503, as
+	// a transaction that pushes is (README).
+	if aerr := s.refusePushDuringMaintenance(len(c.Items) > 0, fsm.ErrStreamPushMaintenance); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
 	res, ok := s.commitPrepared(w, r, body, c, s.sealer(c.Items), writeError)
 	if !ok {
 		return
 	}
 	cr := res.(*fsm.StreamCycleResult)
+	if !cr.Success && cr.Error == fsm.ErrStreamPushMaintenance {
+		writeError(w, maintenanceRefusal(cr.Error)) // it raced the switch
+		return
+	}
 	out := map[string]any{"success": cr.Success, "query_id": formatUUID(c.QueryID), "partition_id": formatUUID(c.PartitionID)}
 	if cr.Queue != "" {
 		out["queueName"] = cr.Queue

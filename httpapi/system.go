@@ -185,14 +185,12 @@ func writeBufferedPush(w http.ResponseWriter, items []fsm.PushItem, pr *fsm.Push
 	return true
 }
 
-// refusePushDuringMaintenance refuses, before proposing, a transaction that
-// pushes while push maintenance is on (the state machine refuses one that
-// raced the switch too: fsm.ErrPushMaintenance).
-func (s *Server) refusePushDuringMaintenance(c *fsm.Transaction) *apiError {
-	pushes := false
-	for i := range c.Ops {
-		pushes = pushes || c.Ops[i].Kind == fsm.OpPush
-	}
+// refusePushDuringMaintenance refuses, before proposing, a write that
+// pushes (a transaction, a stream cycle) while push maintenance is on; msg
+// is the state machine's own refusal of one that raced the switch
+// (fsm.ErrPushMaintenance, fsm.ErrStreamPushMaintenance), which the caller
+// answers with maintenanceRefusal too: nothing was applied either way.
+func (s *Server) refusePushDuringMaintenance(pushes bool, msg string) *apiError {
 	if !pushes {
 		return nil
 	}
@@ -200,5 +198,11 @@ func (s *Server) refusePushDuringMaintenance(c *fsm.Transaction) *apiError {
 	if err != nil || !sw.Maintenance {
 		return nil // the state machine decides
 	}
-	return &apiError{Status: http.StatusServiceUnavailable, Code: codeMaintenance, Message: fsm.ErrPushMaintenance}
+	return maintenanceRefusal(msg)
+}
+
+// maintenanceRefusal is README's 503 maintenance_mode for a write that
+// pushes during push maintenance.
+func maintenanceRefusal(msg string) *apiError {
+	return &apiError{Status: http.StatusServiceUnavailable, Code: codeMaintenance, Message: msg}
 }
