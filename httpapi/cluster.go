@@ -25,9 +25,14 @@ func (s *Server) raftJSON() (map[string]any, bool) {
 }
 
 // GET /health: 200 when this node can serve requests (a leader is known and
-// reachable through the registry), 503 otherwise, for load balancers.
+// reachable through the registry, and the local state can be read), 503
+// otherwise, for load balancers (queen-api.md 3.1: "connected" means leader
+// known, local store open).
 func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 	raft, ok := s.raftJSON()
+	if _, err := s.state.SystemSwitches(); err != nil {
+		ok = false
+	}
 	body := map[string]any{
 		"status": "healthy", "database": "connected", "server": "crown", "worker_id": 0,
 		"version": s.cfg.Version, "shared_state": map[string]any{"enabled": false},
@@ -45,15 +50,21 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) handleMetricsJSON(w http.ResponseWriter, _ *http.Request) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	rss, ok := residentBytes()
+	if !ok {
+		rss = ms.Sys
+	}
+	// Queen reports Node's process.cpuUsage(): microseconds.
+	user, system, _ := processCPU()
 	c, _ := s.state.Counters()
 	writeJSON(w, http.StatusOK, map[string]any{
 		"uptime":   int64(time.Since(s.started).Seconds()),
 		"requests": map[string]any{"total": c.PushRequests + c.PopRequests + c.AckRequests, "rate": 0},
 		"messages": map[string]any{"total": c.PushMessages, "rate": 0},
 		"database": map[string]any{"poolSize": 0, "idleConnections": 0, "waitingRequests": 0},
-		"memory": map[string]any{"rss": ms.Sys, "heapTotal": ms.HeapSys, "heapUsed": ms.HeapAlloc,
+		"memory": map[string]any{"rss": rss, "heapTotal": ms.HeapSys, "heapUsed": ms.HeapAlloc,
 			"external": 0, "arrayBuffers": 0},
-		"cpu": map[string]any{"user": 0, "system": 0},
+		"cpu": map[string]any{"user": user.Microseconds(), "system": system.Microseconds()},
 	})
 }
 

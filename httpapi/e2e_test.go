@@ -1191,7 +1191,34 @@ func TestHTTPPrometheus(t *testing.T) {
 	if status != http.StatusOK {
 		t.Fatalf("/metrics %d", status)
 	}
-	wantKeys(t, "/metrics", asObj(t, body), "uptime", "requests", "messages", "database", "memory", "cpu")
+	m := asObj(t, body)
+	wantKeys(t, "/metrics", m, "uptime", "requests", "messages", "database", "memory", "cpu")
+	// The process figures are measured, not placeholders: a running
+	// server holds memory and has used CPU (Node's process.cpuUsage(), in
+	// microseconds, is what Queen reports).
+	if rss := asInt(t, asObj(t, m["memory"])["rss"]); rss <= 0 {
+		t.Errorf("/metrics memory.rss %d, want the resident size", rss)
+	}
+	if cpu := asObj(t, m["cpu"]); asInt(t, cpu["user"])+asInt(t, cpu["system"]) <= 0 {
+		t.Errorf("/metrics cpu %v, want the CPU time used so far", cpu)
+	}
+}
+
+// queen-api.md 3.1: "connected" means a leader is known and the local store
+// is open. A node whose state can no longer be read is unhealthy, so a load
+// balancer stops sending it requests it could not serve.
+func TestHealthReportsAClosedStore(t *testing.T) {
+	s := newStack(t)
+	if status, _ := s.get("/health"); status != http.StatusOK {
+		t.Fatalf("/health %d before the store closed, want 200", status)
+	}
+	if err := s.State.Close(); err != nil {
+		t.Fatal(err)
+	}
+	status, body := s.get("/health")
+	if o := asObj(t, body); status != http.StatusServiceUnavailable || o["status"] != "unhealthy" || o["database"] != "disconnected" {
+		t.Errorf("/health with the local store closed: %d %v, want 503 unhealthy disconnected", status, o)
+	}
 }
 
 func grepLines(text, needle string) string {
