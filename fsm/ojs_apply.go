@@ -340,6 +340,7 @@ func applyOJSUpdateQueue(a *applier, c *OJSUpdateQueue) any {
 		return &OJSResult{Queue: copyQueue(q)}
 	}
 	s.Overrides = after
+	dropNamed(q, q.Named&^named)
 	q.Named = named
 	// The event lists what the overrides show changed, options a
 	// /configure named included.

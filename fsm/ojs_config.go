@@ -135,6 +135,36 @@ func namedBy(set *QueueConfig, unset uint32) uint32 {
 	return p
 }
 
+// dropNamed takes the shared options whose /configure-named bits are in
+// dropped out of the override layer (docs/queues.md, layer 4: an OJS PATCH
+// that sets or removes one, or a PUT of the config, replaces the configured
+// value). Those values live in the base, so the base gets back what a
+// /configure that did not name them stores (a full replace, as in Queen);
+// the layers below then show through, as for any removed override.
+// Completed retention alone is turned off: retentionSeconds, which shares
+// retentionEnabled, keeps what the /configure gave it.
+func dropNamed(q *segments.Queue, dropped uint32) {
+	if dropped&presentShared == 0 {
+		return
+	}
+	if q.Base == nil {
+		b := q.Options
+		q.Base = &b
+	}
+	d := DefaultOptions(segments.OriginConfigure)
+	b := q.Base
+	if dropped&PresentLease != 0 {
+		b.LeaseTime = d.LeaseTime
+	}
+	if dropped&PresentDLQ != 0 {
+		b.DeadLetterQueue, b.DLQAfterMaxRetries = d.DeadLetterQueue, d.DLQAfterMaxRetries
+	}
+	if dropped&PresentRetention != 0 {
+		b.CompletedRetentionSeconds = d.CompletedRetentionSeconds
+		b.RetentionEnabled = b.RetentionEnabled && b.RetentionSeconds > 0
+	}
+}
+
 // Overrides is q's top layer as the OJS view shows it: its OJS overrides,
 // and the shared options a /configure named, as the OJS fields say them
 // (retention a /configure turned off has no OJS form and is not shown).

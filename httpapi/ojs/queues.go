@@ -437,10 +437,22 @@ func (h *Handler) purge(w http.ResponseWriter, r *http.Request, a []string) {
 		}
 	}
 	if c.States == 0 {
+		// Nothing to remove, so no command; the queue's state still rules
+		// (ojs-queues.md 3: no purge of a queue being deleted).
 		if !h.read(w, r) {
 			return
 		}
-		h.answerQueue(w, http.StatusOK, name, map[string]any{"purged_count": 0, "states": states})
+		v, ok := h.view(w, name)
+		if !ok {
+			return
+		}
+		if s := v.Queue.OJS; s != nil && s.Deletion != nil {
+			e := newErr(http.StatusConflict, "conflict", "queue_deleting", "queue %s is being deleted", name)
+			e.Details = map[string]any{"current_state": fsm.StateName(&v.Queue)}
+			h.fail(w, e)
+			return
+		}
+		h.reply(w, http.StatusOK, map[string]any{"queue": QueueJSON(v), "purged_count": 0, "states": states})
 		return
 	}
 	res, ok := h.commit(w, r, b, c)
