@@ -14,7 +14,8 @@ var ErrDurationRange = errors.New("ISO 8601 duration out of range")
 
 // ParseDuration parses the ISO 8601 subset of ojs-queues.md section 0.2:
 // P[nW][nD][T[nH][nM][n[.fff]S]], case-sensitive, at least one component,
-// only seconds may have a fraction (up to microseconds), T must be followed
+// only seconds may have a fraction (any number of digits, read to the
+// microsecond), T must be followed
 // by a component, no years or months. It returns the length in microseconds.
 // A string of that form whose value is over 2^62 µs (about 146,000 years)
 // gets ErrDurationRange; any other bad string gets ErrDuration.
@@ -71,10 +72,13 @@ func ParseDuration(s string) (int64, error) {
 				i++
 			}
 			digits := i - fs
-			if digits == 0 || digits > 6 {
+			if digits == 0 {
 				return 0, ErrDuration
 			}
-			f, _ := strconv.ParseInt(s[fs:i], 10, 64)
+			// The spec bounds the digits nowhere; the value is kept to
+			// the microsecond and the string as sent.
+			digits = min(digits, 6)
+			f, _ := strconv.ParseInt(s[fs:fs+digits], 10, 64)
 			for d := digits; d < 6; d++ {
 				f *= 10
 			}
