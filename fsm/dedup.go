@@ -46,13 +46,18 @@ func applyForgetDeletedTxIDs(a *applier, c *ForgetDeletedTxIDs) any {
 }
 
 // dedupUntil is when q's dedup window closes for a message pushed at
-// pushedAt, or 0 when it is already closed (or deduplication is off).
+// pushedAt, or 0 when it is already closed (or deduplication is off). A
+// push is a duplicate while pushedAt >= now - window (push.go), so the
+// window's last instant, pushedAt + window, is inside it and the window is
+// closed from the microsecond after: that is the time returned, as the
+// memory is kept while its time is after now and forgotten once it is not
+// (segments.ForgetDeletedTxIDs).
 func (a *applier) dedupUntil(q *segments.Queue, pushedAt int64) int64 {
 	w := q.Options.DedupWindowSeconds
 	if w <= 0 {
 		return 0
 	}
-	if until := pushedAt + Micros(w); until > a.now {
+	if until := pushedAt + Micros(w) + 1; until > a.now {
 		return until
 	}
 	return 0
@@ -71,12 +76,14 @@ func (a *applier) rememberSegment(q *segments.Queue, p *segments.Partition, si s
 }
 
 // DeletedTxIDsDue reports whether a remembered deletion's window closed at
-// or before now: the leader's sweep timer then proposes ForgetDeletedTxIDs.
+// or before now, or before the state's time when that is later (an entry
+// stamped now applies at it): the leader's sweep timer then proposes
+// ForgetDeletedTxIDs.
 func (f *FSM) DeletedTxIDsDue(now int64) (bool, error) {
 	var due bool
 	err := f.View(func(tx *segments.Tx) error {
 		var err error
-		due, err = tx.DeletedTxIDsDue(now)
+		due, err = tx.DeletedTxIDsDue(max(now, tx.Now()))
 		return err
 	})
 	return due, err

@@ -464,3 +464,18 @@ func firstAtOrAfter(tx *segments.Tx, p *segments.Partition, t int64) uint64 {
 	}))
 	return pos
 }
+
+// endBatchLease drops the lease of group's batch on partition pid when
+// the batch ends because its messages were deleted (a sweep, a message
+// DELETE): a live lease ends as if released; one that had expired stays
+// indexed as superseded at its expiry until the lease sweep's grace, so an
+// extension of it still answers "Lease already expired" (queen-api.md
+// 4.14), as after a re-pop.
+func (a *applier) endBatchLease(g *segments.Group, pid uint64, group string) {
+	switch {
+	case g.LeaseLive(a.now):
+		must(a.tx.UnindexLease(g.LeaseID, pid, group))
+	case g.HasLease():
+		must(a.tx.SupersedeLease(g.LeaseID, pid, group, g.LeaseExpiry))
+	}
+}

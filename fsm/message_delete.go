@@ -86,9 +86,7 @@ func applyDeleteMessage(a *applier, c *DeleteMessage) any {
 		if last != 0 {
 			g.LeaseLast = last
 		} else {
-			if g.HasLease() {
-				must(a.tx.UnindexLease(g.LeaseID, p.ID, cut[i].name))
-			}
+			a.endBatchLease(g, p.ID, cut[i].name)
 			// Nothing of the batch is left to ack: it ends as a completed
 			// one would, and the next batch starts with no failures charged.
 			if g.Next >= off {

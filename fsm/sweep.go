@@ -132,9 +132,7 @@ func applySweep(a *applier, c *Sweep) any {
 			return true, nil
 		}))
 		for _, e := range ended {
-			if e.g.HasLease() {
-				must(a.tx.UnindexLease(e.g.LeaseID, p.ID, e.name))
-			}
+			a.endBatchLease(&e.g, p.ID, e.name)
 			e.g.EndBatch()
 			e.g.Retry = 0 // the failures charged were the deleted messages'
 			must(a.tx.PutGroup(p.ID, e.name, &e.g))
