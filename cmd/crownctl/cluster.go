@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -167,12 +170,36 @@ func clusterTransfer(ctx context.Context, e *env, args []string) error {
 	if len(args) == 1 {
 		target = args[0]
 	}
+	// The leader before the transfer: a node that relays the request to
+	// the leader sees the very leader change it asked for and answers 503
+	// (forwarding_failed or unknown_outcome, "may have been applied");
+	// knowing the old leader tells such an answer from a failed transfer.
+	var before clusterStatusAnswer
+	if _, err := e.client.Get(ctx, "/api/v1/cluster/status", &before); err != nil {
+		before.Raft.LeaderID = ""
+	}
 	var ans struct {
 		From string `json:"from"`
 		To   string `json:"to"`
 	}
 	raw, err := e.client.Post(ctx, "/api/v1/cluster/transfer-leadership", map[string]string{"id": target}, &ans)
 	if err != nil {
+		old := before.Raft.LeaderID
+		if old == "" || !outcomeUnknown(err) {
+			return err
+		}
+		leader := waitNewLeader(ctx, e, old, min(e.timeout, 10*time.Second))
+		if leader == "" {
+			return err
+		}
+		if e.json {
+			b, merr := json.Marshal(map[string]any{"success": true, "from": old, "to": leader})
+			if merr != nil {
+				return merr
+			}
+			return printJSON(e.stdout, b)
+		}
+		_, err = fmt.Fprintf(e.stdout, "leadership transferred from %s to %s\n", old, leader)
 		return err
 	}
 	if e.json {
@@ -188,6 +215,15 @@ func clusterTransfer(ctx context.Context, e *env, args []string) error {
 		_, err = fmt.Fprintf(e.stdout, "leadership transfer from %s started; new leader not yet known\n", orDash(ans.From))
 	}
 	return err
+}
+
+// outcomeUnknown reports whether err is a node's answer that the request
+// may or may not have been applied (503 forwarding_failed or
+// unknown_outcome, README "Errors").
+func outcomeUnknown(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable &&
+		(ae.Code == "forwarding_failed" || ae.Code == "unknown_outcome")
 }
 
 // waitNewLeader polls the cluster status until a leader other than old is

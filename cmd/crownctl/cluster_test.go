@@ -404,8 +404,10 @@ func TestTransferLeadership(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, `"from": "node1"`) {
 		t.Errorf("--json: exit %d, stdout %q", code, stdout)
 	}
+	// Each transfer first reads the status: the leader it replaces tells a
+	// relayed transfer's 503 from a failed one (cli_review_test.go).
 	r := f.reqs()
-	if r[0] != `POST /api/v1/cluster/transfer-leadership {"id":"node1"}` ||
+	if r[0] != "GET /api/v1/cluster/status" || r[1] != `POST /api/v1/cluster/transfer-leadership {"id":"node1"}` ||
 		r[len(r)-1] != `POST /api/v1/cluster/transfer-leadership {"id":""}` {
 		t.Errorf("requests: %q", r)
 	}

@@ -234,6 +234,12 @@ func runSub(g *group, sc *subcommand, args []string, e *env) int {
 			name, argCountError(sc, len(pos)), name, sc.args, name)
 		return exitUsage
 	}
+	// A NAME goes into the request path: empty, the path would be the
+	// listing's ("/ojs/v1/queues/"), answered 200 as if it were a record.
+	if strings.HasPrefix(sc.args, "NAME") && len(pos) > 0 && pos[0] == "" {
+		fmt.Fprintf(e.stderr, "%s: NAME is empty\nRun '%s --help' for usage.\n", name, name)
+		return exitUsage
+	}
 	if e.timeout <= 0 {
 		fmt.Fprintf(e.stderr, "%s: --timeout must be positive\n", name)
 		return exitUsage

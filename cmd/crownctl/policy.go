@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 )
 
@@ -43,12 +45,38 @@ func configText(c map[string]map[string]any) string {
 }
 
 func policyList(ctx context.Context, e *env, _ []string) error {
-	var ans struct {
-		Policies []ojsPolicy `json:"policies"`
-	}
-	raw, err := e.client.Get(ctx, "/ojs/v1/queues/_policies?limit=200", &ans)
-	if err != nil {
-		return err
+	// The server pages its listing (at most 200 a page): read every page,
+	// as queue list does.
+	var all []ojsPolicy
+	var raws []json.RawMessage
+	cursor := ""
+	for {
+		var page struct {
+			Policies   []json.RawMessage `json:"policies"`
+			Pagination struct {
+				HasMore bool   `json:"has_more"`
+				Next    string `json:"next_cursor"`
+			} `json:"pagination"`
+		}
+		path := "/ojs/v1/queues/_policies?limit=200"
+		if cursor != "" {
+			path += "&cursor=" + url.QueryEscape(cursor)
+		}
+		if _, err := e.client.Get(ctx, path, &page); err != nil {
+			return err
+		}
+		for _, r := range page.Policies {
+			var p ojsPolicy
+			if err := json.Unmarshal(r, &p); err != nil {
+				return fmt.Errorf("decode policy: %w", err)
+			}
+			all = append(all, p)
+			raws = append(raws, r)
+		}
+		if !page.Pagination.HasMore || page.Pagination.Next == "" || page.Pagination.Next == cursor {
+			break
+		}
+		cursor = page.Pagination.Next
 	}
 	var def struct {
 		Overrides map[string]map[string]any `json:"overrides"`
@@ -58,13 +86,21 @@ func policyList(ctx context.Context, e *env, _ []string) error {
 		return err
 	}
 	if e.json {
-		b, _ := json.Marshal(map[string]json.RawMessage{"policies": raw, "default": defRaw})
+		// "policies" keeps the shape of the server's listing, every page's
+		// policies in one array.
+		if raws == nil {
+			raws = []json.RawMessage{}
+		}
+		b, err := json.Marshal(map[string]any{"policies": map[string]any{"policies": raws}, "default": defRaw})
+		if err != nil {
+			return err
+		}
 		return printJSON(e.stdout, b)
 	}
 	tw := newTable(e.stdout)
 	fmt.Fprintln(tw, "NAME\tMATCH\tPRIORITY\tCONFIG")
 	fmt.Fprintf(tw, "_default\t*\t-\t%s\n", configText(def.Overrides))
-	for _, p := range ans.Policies {
+	for _, p := range all {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", p.Name, p.Match, p.Priority, configText(p.Config))
 	}
 	return tw.Flush()
@@ -110,11 +146,19 @@ func policyPut(ctx context.Context, e *env, a []string) error {
 	case a[0] == "_default":
 		raw, err = e.client.Do(ctx, "PUT", "/ojs/v1/queues/_default/config", m)
 	default:
-		if _, gerr := e.client.Get(ctx, policyPath(a[0]), nil); gerr == nil {
+		// Only a 404 means the policy is new: any other failure of the
+		// lookup (no leader, a timeout) is this command's error, not a
+		// reason to create.
+		_, gerr := e.client.Get(ctx, policyPath(a[0]), nil)
+		var ae *APIError
+		switch {
+		case gerr == nil:
 			raw, err = e.client.Do(ctx, "PATCH", policyPath(a[0]), m)
-		} else {
+		case errors.As(gerr, &ae) && ae.Status == http.StatusNotFound:
 			m["name"] = a[0]
 			raw, err = e.client.Post(ctx, "/ojs/v1/queues/_policies", m, nil)
+		default:
+			return fmt.Errorf("look up policy %s: %w", a[0], gerr)
 		}
 	}
 	if err != nil {

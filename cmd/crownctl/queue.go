@@ -205,6 +205,9 @@ func jsonArg(s string) (map[string]any, error) {
 	if err := json.Unmarshal([]byte(s), &m); err != nil {
 		return nil, usagef("not a JSON object: %v", err)
 	}
+	if m == nil { // null decodes into a nil map without an error
+		return nil, usagef("not a JSON object: null")
+	}
 	return m, nil
 }
 

@@ -36,7 +36,7 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "healthcheck" {
 		os.Exit(healthcheck(os.Args[2:], os.Stdout, os.Stderr))
 	}
-	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stderr)
+	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}
@@ -45,8 +45,7 @@ func main() {
 		os.Exit(2)
 	}
 	if err := run(cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "crownd:", err)
-		os.Exit(1)
+		os.Exit(1) // run logged why
 	}
 }
 
@@ -80,7 +79,7 @@ func flagEnv(name string) string {
 	return "CROWN_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
-func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
+func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("crownd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c := &config{}
@@ -108,8 +107,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.Uint64Var(&c.Raft.TrailingLogs, "raft-trailing-logs", 16384, "log entries kept after a snapshot so a restarted node catches up from the log")
 	fs.IntVar(&c.Raft.Proposer.MaxInflight, "commit-inflight", 1, "group commit: log entries in flight at once; requests arriving meanwhile share the next entry")
 	fs.DurationVar(&c.Raft.Proposer.Linger, "commit-linger", time.Millisecond, "group commit: how long an under-full entry may wait for more requests while the node is busy (negative: never)")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `crownd %s: a Raft-replicated message broker speaking the Queen MQ HTTP API.
+	// The usage answers --help on stdout (exit 0) and follows a bad
+	// command line's error on stderr (exit 2).
+	usage := func(w io.Writer) {
+		fmt.Fprintf(w, `crownd %s: a Raft-replicated message broker speaking the Queen MQ HTTP API.
 
 Usage:
   crownd [flags]                          run a node
@@ -126,10 +127,16 @@ RETENTION_BATCH_SIZE (segments deleted per sweep command, default 1000).
 Flags:
 `, version)
 		fs.VisitAll(func(f *flag.Flag) {
-			fmt.Fprintf(stderr, "  --%s (env %s, default %q)\n      %s\n", f.Name, flagEnv(f.Name), f.DefValue, f.Usage)
+			fmt.Fprintf(w, "  --%s (env %s, default %q)\n      %s\n", f.Name, flagEnv(f.Name), f.DefValue, f.Usage)
 		})
 	}
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout)
+		} else {
+			usage(stderr)
+		}
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -147,6 +154,9 @@ Flags:
 	})
 	if envErr != nil {
 		return nil, envErr
+	}
+	if err := c.checkRanges(); err != nil {
+		return nil, err
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
@@ -217,6 +227,44 @@ Flags:
 		c.Maintenance.RetentionBatch = uint32(n)
 	}
 	return c, nil
+}
+
+// checkRanges refuses the zero and negative values a flag gives no meaning
+// to. Left alone, raftnode and httpapi would replace each by their default
+// without a word (--leader-wait 0 would wait 5 s, --raft-trailing-logs 0
+// keep 16384 entries).
+func (c *config) checkRanges() error {
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"--leader-wait", c.LeaderWait},
+		{"--raft-heartbeat-timeout", c.Raft.HeartbeatTimeout},
+		{"--raft-election-timeout", c.Raft.ElectionTimeout},
+	} {
+		if d.v <= 0 {
+			return fmt.Errorf("%s must be positive, got %v", d.flag, d.v)
+		}
+	}
+	for _, n := range []struct {
+		flag string
+		v    uint64
+	}{
+		{"--raft-snapshot-log-bytes", c.Raft.SnapshotLogBytes},
+		{"--raft-snapshot-threshold", c.Raft.SnapshotThreshold},
+		{"--raft-trailing-logs", c.Raft.TrailingLogs},
+	} {
+		if n.v == 0 {
+			return fmt.Errorf("%s must be at least 1", n.flag)
+		}
+	}
+	if c.Raft.Proposer.MaxInflight < 1 {
+		return fmt.Errorf("--commit-inflight must be at least 1, got %d", c.Raft.Proposer.MaxInflight)
+	}
+	if c.FSMWriteback < 0 {
+		return fmt.Errorf("--fsm-writeback must not be negative (0 leaves the writeback to the kernel), got %v", c.FSMWriteback)
+	}
+	return nil
 }
 
 // parseMillis reads a duration given as milliseconds (Queen's convention)
@@ -310,7 +358,7 @@ func (c *config) raftConfig(log *slog.Logger) raftnode.Config {
 	return rc
 }
 
-// deriveAdvertise builds http://<host of the raft address>:<http port>.
+// deriveAdvertise builds http://<host of the raft advertise address>:<http port>.
 func deriveAdvertise(httpAddr, raftAddr string) (string, error) {
 	_, port, err := net.SplitHostPort(httpAddr)
 	if err != nil {
@@ -318,7 +366,8 @@ func deriveAdvertise(httpAddr, raftAddr string) (string, error) {
 	}
 	host, _, err := net.SplitHostPort(raftAddr)
 	if err != nil {
-		return "", fmt.Errorf("--raft-addr %q: %w", raftAddr, err)
+		// --raft-addr was checked already: this is --raft-advertise.
+		return "", fmt.Errorf("--raft-advertise %q: %w", raftAddr, err)
 	}
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"
@@ -343,8 +392,18 @@ func bootID() string {
 	return strings.TrimSpace(string(b))
 }
 
+// run starts the node and serves until a signal. A failure to start is
+// logged (structured, as every line once the logger exists) and returned.
 func run(c *config) error {
 	log := newLogger(c)
+	err := runNode(c, log)
+	if err != nil {
+		log.Error("crownd could not start", "error", err)
+	}
+	return err
+}
+
+func runNode(c *config, log *slog.Logger) error {
 	// Installed before anything opens, so a signal while the node starts
 	// (a long replay, a migration) is not the default action, which kills
 	// without closing: it is taken up once the node is serving.
@@ -412,8 +471,10 @@ func run(c *config) error {
 		timers.SetLeader(true)
 	}
 
+	var first time.Time // when the shutdown's signal came (zero: none)
 	select {
 	case s := <-sigs:
+		first = time.Now()
 		log.Info("shutting down", "signal", s.String())
 	case err := <-serveErr:
 		log.Error("http server stopped", "error", err)
@@ -421,7 +482,7 @@ func run(c *config) error {
 	cancel()
 	stopped := make(chan struct{})
 	defer close(stopped)
-	go forceOnSecondSignal(sigs, stopped, log)
+	go forceOnSecondSignal(sigs, stopped, first, log)
 	// Stop accepting, answer parked long-polls, let in-flight requests finish.
 	api.Drain()
 	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -443,14 +504,31 @@ func run(c *config) error {
 // the clean close loses nothing acknowledged: every acknowledged write is in
 // a fsynced Raft log, which the next start replays, exactly as after a
 // SIGKILL.
-func forceOnSecondSignal(sigs <-chan os.Signal, stopped <-chan struct{}, log *slog.Logger) {
-	select {
-	case s := <-sigs:
-		log.Warn("second signal during shutdown: exiting without a clean close", "signal", s.String())
-		os.Exit(1)
-	case <-stopped:
+//
+// A signal within duplicateSignalWindow of the first is not a second one:
+// one stop request can deliver it twice within microseconds (GNU timeout
+// signals its child and then its whole process group), and taking that for
+// an operator's second Ctrl-C skipped the clean close.
+func forceOnSecondSignal(sigs <-chan os.Signal, stopped <-chan struct{}, first time.Time, log *slog.Logger) {
+	for {
+		select {
+		case s := <-sigs:
+			if !first.IsZero() && time.Since(first) < duplicateSignalWindow {
+				log.Info("signal repeated at once: taken as the same stop request", "signal", s.String())
+				continue
+			}
+			log.Warn("second signal during shutdown: exiting without a clean close", "signal", s.String())
+			os.Exit(1)
+		case <-stopped:
+			return
+		}
 	}
 }
+
+// duplicateSignalWindow is how soon after the first a signal counts as the
+// same delivery repeated rather than a second request: far below a person's
+// double Ctrl-C, far above the gap between timeout's two kill calls.
+const duplicateSignalWindow = 100 * time.Millisecond
 
 func mustMembers(n *raftnode.Node) []raftnode.Member {
 	m, _ := n.Members()
@@ -462,19 +540,38 @@ func healthcheck(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("crownd healthcheck", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	timeout := fs.Duration("timeout", 3*time.Second, "request timeout")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: crownd healthcheck [--timeout 3s] [URL]\n\nExits 0 when GET URL/health answers 200 (default URL http://127.0.0.1:6632).")
-		fs.PrintDefaults()
+	// The usage answers --help on stdout; after a bad command line it goes
+	// to stderr. Exit 2 is a bad command line, 1 an unhealthy node.
+	usage := func(w io.Writer) {
+		fmt.Fprintln(w, "Usage: crownd healthcheck [--timeout 3s] [URL]\n\nExits 0 when GET URL/health answers 200 (default URL http://127.0.0.1:6632),\n1 when the node is unhealthy or unreachable, 2 on a bad command line.\n\nFlags:")
+		fs.VisitAll(func(f *flag.Flag) {
+			fmt.Fprintf(w, "  --%s (default %s)\n      %s\n", f.Name, f.DefValue, f.Usage)
+		})
 	}
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout)
 			return 0
 		}
+		usage(stderr)
+		return 2
+	}
+	if *timeout <= 0 {
+		fmt.Fprintf(stderr, "crownd healthcheck: --timeout must be positive, got %v\n", *timeout)
+		return 2
+	}
+	if fs.NArg() > 1 {
+		fmt.Fprintf(stderr, "crownd healthcheck: one URL at most, got also %q\n", fs.Arg(1))
 		return 2
 	}
 	url := "http://127.0.0.1:6632"
 	if fs.NArg() > 0 {
 		url = fs.Arg(0)
+		if err := checkHTTPURL(url); err != nil {
+			fmt.Fprintf(stderr, "crownd healthcheck: URL %q: %v\n", url, err)
+			return 2
+		}
 	}
 	client := &http.Client{Timeout: *timeout}
 	resp, err := client.Get(strings.TrimRight(url, "/") + "/health")

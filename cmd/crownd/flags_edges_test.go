@@ -1,0 +1,140 @@
+package main
+
+// Tests of crownd's command line, run in-process on parseConfig and
+// healthcheck: main turns parseConfig's flag.ErrHelp into exit status 0 and
+// any other error into exit status 2, before anything is opened.
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"strings"
+	"testing"
+)
+
+func noEnv(string) string { return "" }
+
+// --help is an answer, not an error: the usage goes to stdout (so that
+// `crownd --help | less` and `crownd --help > flags.txt` work) and nothing
+// to stderr, exit status 0. Project standard: "--help on every command and
+// subcommand (exit 0, to stdout)".
+func TestHelpGoesToStdout(t *testing.T) {
+	for _, arg := range []string{"--help", "-h", "-help"} {
+		var out, errb bytes.Buffer
+		_, err := parseConfig([]string{arg}, noEnv, &out, &errb)
+		if !errors.Is(err, flag.ErrHelp) {
+			t.Fatalf("crownd %s: %v, want flag.ErrHelp (exit 0)", arg, err)
+		}
+		if !strings.Contains(out.String(), "Usage:") || !strings.Contains(out.String(), "--node-id (env CROWN_NODE_ID") {
+			t.Errorf("crownd %s: stdout %q, want the usage with every flag", arg, out.String())
+		}
+		if errb.Len() != 0 {
+			t.Errorf("crownd %s: stderr %q, want nothing", arg, errb.String())
+		}
+	}
+	// A bad flag still gets its error and the usage on stderr, nothing on stdout.
+	var out, errb bytes.Buffer
+	if _, err := parseConfig([]string{"--no-such-flag"}, noEnv, &out, &errb); err == nil || errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("--no-such-flag: %v, want an error (exit 2)", err)
+	}
+	if out.Len() != 0 || !strings.Contains(errb.String(), "no-such-flag") || !strings.Contains(errb.String(), "Usage:") {
+		t.Errorf("--no-such-flag: stdout %q, stderr %q; want the error and usage on stderr only", out.String(), errb.String())
+	}
+
+	for _, arg := range []string{"--help", "-h"} {
+		out.Reset()
+		errb.Reset()
+		if code := healthcheck([]string{arg}, &out, &errb); code != 0 {
+			t.Errorf("crownd healthcheck %s: exit %d, want 0", arg, code)
+		}
+		if !strings.Contains(out.String(), "Usage: crownd healthcheck") || errb.Len() != 0 {
+			t.Errorf("crownd healthcheck %s: stdout %q, stderr %q; want the usage on stdout only", arg, out.String(), errb.String())
+		}
+	}
+}
+
+// A zero or negative value where the flag has no such meaning was taken
+// silently as the default (raftnode and httpapi replace a non-positive
+// value by theirs): --leader-wait 0 meant 5 s, --raft-trailing-logs 0 meant
+// 16384, --commit-inflight -5 meant 1. Project standard: "non-zero with a
+// message naming the flag for bad values"; crownd --help documents the
+// meaning of each (e.g. "how long a request waits for a leader").
+func TestNonPositiveValuesRefused(t *testing.T) {
+	base := []string{"--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:7632"}
+	if _, err := parseConfig(base, noEnv, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+		t.Fatalf("base command line refused: %v", err)
+	}
+	for _, c := range []struct{ flag, value string }{
+		{"--leader-wait", "0"},
+		{"--leader-wait", "-1s"},
+		{"--raft-heartbeat-timeout", "0"},
+		{"--raft-election-timeout", "-1s"},
+		{"--raft-snapshot-log-bytes", "0"},
+		{"--raft-snapshot-threshold", "0"},
+		{"--raft-trailing-logs", "0"},
+		{"--commit-inflight", "0"},
+		{"--commit-inflight", "-5"},
+		{"--fsm-writeback", "-1s"},
+	} {
+		args := append(append([]string(nil), base...), c.flag, c.value)
+		_, err := parseConfig(args, noEnv, &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil || errors.Is(err, flag.ErrHelp) || !strings.Contains(err.Error(), c.flag) {
+			t.Errorf("crownd %s %s: %v; want an error naming %s (exit 2)", c.flag, c.value, err, c.flag)
+		}
+		// The environment variable standing in for the flag is checked the same way.
+		env := func(k string) string {
+			if k == flagEnv(strings.TrimPrefix(c.flag, "--")) {
+				return c.value
+			}
+			return ""
+		}
+		if _, err := parseConfig(base, env, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), c.flag) {
+			t.Errorf("%s=%s: %v; want an error naming %s", flagEnv(strings.TrimPrefix(c.flag, "--")), c.value, err, c.flag)
+		}
+	}
+	// The values the help documents as meaningful stay accepted.
+	for _, c := range [][]string{{"--fsm-writeback", "0"}, {"--commit-linger", "-1ms"}, {"--commit-linger", "0"}} {
+		if _, err := parseConfig(append(append([]string(nil), base...), c...), noEnv, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+			t.Errorf("crownd %v: %v, want accepted", c, err)
+		}
+	}
+}
+
+// A malformed --raft-advertise is reported under its own name: the message
+// said `--raft-addr "nope"` although --raft-addr was fine, sending the
+// operator to the wrong flag.
+func TestBadRaftAdvertiseNamed(t *testing.T) {
+	_, err := parseConfig([]string{"--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0",
+		"--raft-addr", "127.0.0.1:7632", "--raft-advertise", "nope"}, noEnv, &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "--raft-advertise") {
+		t.Errorf("--raft-advertise nope: %v; want an error naming --raft-advertise", err)
+	}
+}
+
+// crownd healthcheck tells a bad command line (exit 2, naming what is
+// wrong) from an unhealthy node (exit 1): a --timeout of 0 or less meant no
+// timeout at all (a probe that can hang forever), a URL without a scheme
+// was reported "unhealthy", and extra arguments were ignored.
+func TestHealthcheckBadCommandLine(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--timeout", "0", "http://127.0.0.1:1"}, "--timeout"},
+		{[]string{"--timeout", "-1s", "http://127.0.0.1:1"}, "--timeout"},
+		{[]string{"127.0.0.1:6632"}, "127.0.0.1:6632"},
+		{[]string{"ftp://127.0.0.1:6632"}, "ftp://127.0.0.1:6632"},
+		{[]string{"http://127.0.0.1:1", "http://127.0.0.1:2"}, "http://127.0.0.1:2"},
+	} {
+		var out, errb bytes.Buffer
+		code := healthcheck(c.args, &out, &errb)
+		if code != 2 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("crownd healthcheck %q: exit %d, stderr %q; want exit 2 naming %q", c.args, code, errb.String(), c.want)
+		}
+	}
+	// An unreachable node is unhealthy, not a bad command line.
+	var out, errb bytes.Buffer
+	if code := healthcheck([]string{"--timeout", "2s", "http://127.0.0.1:1"}, &out, &errb); code != 1 {
+		t.Errorf("healthcheck of a dead address: exit %d, want 1 (stderr %q)", code, errb.String())
+	}
+}
