@@ -256,7 +256,8 @@ func (s *Server) handleClusterTransfer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	from := s.cfg.NodeID
-	if !s.onLeader(w, r, body, func() error { return s.cluster.TransferLeadership(target) }) {
+	// Relayed by a follower, the request changes the leader it waits on.
+	if !s.onLeader(w, expectingLeaderChange(r), body, func() error { return s.cluster.TransferLeadership(target) }) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "from": from, "to": target})

@@ -386,6 +386,18 @@ func (f *forwarder) send(req *http.Request, cancel context.CancelFunc) (*http.Re
 		cancel()
 		return nil, errors.New("the leader changed before the request was sent")
 	}
+	if req.Context().Value(leaderChangeExpected{}) != nil {
+		// The request's own effect is a new leader (a transfer): the
+		// old leader answers once it has happened, so the change is no
+		// reason to give up on that answer.
+		resp, err := f.client.Do(req)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		resp.Body = &finishingBody{ReadCloser: resp.Body, finish: sync.OnceFunc(cancel)}
+		return resp, nil
+	}
 	var abandoned atomic.Bool
 	stop := context.AfterFunc(view, func() {
 		abandoned.Store(true)
@@ -402,6 +414,16 @@ func (f *forwarder) send(req *http.Request, cancel context.CancelFunc) (*http.Re
 	}
 	resp.Body = &finishingBody{ReadCloser: resp.Body, finish: finish}
 	return resp, nil
+}
+
+// leaderChangeExpected marks, in a request's context, a request whose
+// relay must not be abandoned when this node's view of the leader changes,
+// because changing the leader is what it asks for.
+type leaderChangeExpected struct{}
+
+// expectingLeaderChange returns r marked with leaderChangeExpected.
+func expectingLeaderChange(r *http.Request) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), leaderChangeExpected{}, true))
 }
 
 // finishingBody ends a forwarded request's leader watch when it is closed.

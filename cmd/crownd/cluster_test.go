@@ -1721,3 +1721,44 @@ func TestClusterAnswersStateTheirLength(t *testing.T) {
 		}
 	}
 }
+
+// docs/deployments.md: transfer-leadership "hands leadership to ID (or to
+// the most up-to-date follower) and waits until the new leader is known",
+// and any node serves any request. Sent to a follower, the request is
+// relayed to the leader, whose answer comes once leadership has moved: the
+// follower used to give up on it at that very change (its watch abandons
+// a relayed request when the leader changes) and answer 503
+// forwarding_failed for a transfer that had happened.
+func TestClusterTransferLeadershipThroughFollower(t *testing.T) {
+	c := tc.Start(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for round := range 2 {
+		leader, err := c.WaitLeader(20 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		follower := clusterFollowers(c, leader)[0]
+		body := map[string]any{}
+		if round == 1 {
+			body["id"] = follower.ID() // to the very node relaying it
+		}
+		var out struct {
+			Success  bool
+			From, To string
+		}
+		if _, err := follower.Client().Do(ctx, "POST", "/api/v1/cluster/transfer-leadership", body, &out); err != nil {
+			t.Fatalf("round %d: transfer through follower %s: %v", round, follower.ID(), err)
+		}
+		if !out.Success || out.From != leader.ID() {
+			t.Fatalf("round %d: answer %+v, want success from %s", round, out, leader.ID())
+		}
+		next, err := c.WaitLeader(20 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next == leader || (round == 1 && next != follower) {
+			t.Fatalf("round %d: leader after the transfer is %s (was %s, asked for %v)", round, next.ID(), leader.ID(), body["id"])
+		}
+	}
+}
