@@ -392,13 +392,14 @@ func bootID() string {
 	return strings.TrimSpace(string(b))
 }
 
-// run starts the node and serves until a signal. A failure to start is
-// logged (structured, as every line once the logger exists) and returned.
+// run starts the node and serves until a signal. A failure to start, or a
+// stop no signal asked for, is logged (structured, as every line once the
+// logger exists) and returned.
 func run(c *config) error {
 	log := newLogger(c)
 	err := runNode(c, log)
 	if err != nil {
-		log.Error("crownd could not start", "error", err)
+		log.Error("crownd failed", "error", err)
 	}
 	return err
 }
@@ -472,12 +473,16 @@ func runNode(c *config, log *slog.Logger) error {
 	}
 
 	var first time.Time // when the shutdown's signal came (zero: none)
+	var failed error    // why the node stops, when no signal asked it to
 	select {
 	case s := <-sigs:
 		first = time.Now()
 		log.Info("shutting down", "signal", s.String())
 	case err := <-serveErr:
-		log.Error("http server stopped", "error", err)
+		// Not a stop anyone asked for: shut down cleanly, then exit 1
+		// so a supervisor restarts the node.
+		failed = fmt.Errorf("http server stopped: %w", err)
+		log.Error("http server stopped: shutting down", "error", err)
 	}
 	cancel()
 	stopped := make(chan struct{})
@@ -495,7 +500,7 @@ func runNode(c *config, log *slog.Logger) error {
 		log.Warn("raft shutdown", "error", err)
 	}
 	log.Info("stopped")
-	return nil
+	return failed
 }
 
 // forceOnSecondSignal exits at once when a second SIGTERM or SIGINT arrives
