@@ -27,15 +27,9 @@ import (
 // 2 for usage errors"; queue create --help: "CONFIG_JSON holds the
 // sections".
 func TestNullJSONArgumentIsUsageError(t *testing.T) {
-	var mu sync.Mutex
-	var reqs []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		reqs = append(reqs, r.Method+" "+r.URL.Path)
-		mu.Unlock()
+	rec, srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":"unexpected"}`, http.StatusTeapot)
-	}))
-	defer srv.Close()
+	})
 	for _, args := range [][]string{
 		{"queue", "create", "x", "null"},
 		{"queue", "patch", "x", "null"},
@@ -56,9 +50,7 @@ func TestNullJSONArgumentIsUsageError(t *testing.T) {
 			}
 		}()
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(reqs) != 0 {
+	if reqs := rec.sent(); len(reqs) != 0 {
 		t.Errorf("a refused command line sent requests: %q", reqs)
 	}
 }
@@ -112,12 +104,7 @@ func TestPolicyListReadsEveryPage(t *testing.T) {
 // "absent" sent a POST that either creates a policy the operator meant to
 // patch or fails with a misleading 409 "already exists".
 func TestPolicyPutLookupFailureIsReported(t *testing.T) {
-	var mu sync.Mutex
-	var reqs []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		reqs = append(reqs, r.Method+" "+r.URL.Path)
-		mu.Unlock()
+	rec, srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		if r.Method == http.MethodGet {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -126,15 +113,12 @@ func TestPolicyPutLookupFailureIsReported(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusConflict)
 		io.WriteString(w, `{"error":{"code":"conflict","type":"policy_exists","message":"policy batch already exists"}}`)
-	}))
-	defer srv.Close()
+	})
 	code, _, stderr := runCLI(t, srv.URL, "policy", "put", "batch", `{"priority":5}`)
 	if code != exitError || !strings.Contains(stderr, "no_leader") {
 		t.Errorf("exit %d, stderr %q; want exit 1 with the lookup's no_leader error", code, stderr)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	for _, r := range reqs {
+	for _, r := range rec.sent() {
 		if r != "GET /ojs/v1/queues/_policies/batch" {
 			t.Errorf("after a failed lookup crownctl sent %q", r)
 		}
@@ -188,17 +172,11 @@ func TestTransferLeadershipThroughFollower(t *testing.T) {
 // found "it" there and sent a PATCH to the listing (405). cluster remove
 // refuses an empty ID the same way ("ID is empty").
 func TestEmptyNameIsUsageError(t *testing.T) {
-	var mu sync.Mutex
-	var reqs []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		reqs = append(reqs, r.Method+" "+r.URL.Path)
-		mu.Unlock()
+	rec, srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
 		// What the listings answer: a 200 that decodes into an empty record.
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"queues":[],"policies":[],"pagination":{"has_more":false}}`)
-	}))
-	defer srv.Close()
+	})
 	for _, args := range [][]string{
 		{"queue", "get", ""}, {"queue", "stats", ""}, {"queue", "create", ""}, {"queue", "patch", "", "{}"},
 		{"queue", "pause", ""}, {"queue", "resume", ""}, {"queue", "purge", "", "--yes"}, {"queue", "delete", ""},
@@ -209,9 +187,33 @@ func TestEmptyNameIsUsageError(t *testing.T) {
 			t.Errorf("crownctl %q: exit %d, stdout %q, stderr %q; want exit 2, \"NAME is empty\"", args, code, stdout, stderr)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(reqs) != 0 {
+	if reqs := rec.sent(); len(reqs) != 0 {
 		t.Errorf("an empty NAME sent requests: %q", reqs)
 	}
+}
+
+// recorder is a stand-in server that answers with answer and records each
+// request's method and path.
+type recorder struct {
+	mu   sync.Mutex
+	reqs []string
+}
+
+func newRecorder(t *testing.T, answer http.HandlerFunc) (*recorder, *httptest.Server) {
+	rec := &recorder{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec.mu.Lock()
+		rec.reqs = append(rec.reqs, r.Method+" "+r.URL.Path)
+		rec.mu.Unlock()
+		answer(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return rec, srv
+}
+
+// sent is what the server received so far.
+func (r *recorder) sent() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.reqs...)
 }

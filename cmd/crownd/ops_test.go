@@ -538,27 +538,17 @@ func TestOpsSIGINTGracefulShutdown(t *testing.T) {
 	}
 }
 
-// A second SIGTERM while the graceful shutdown waits for an in-flight request
-// exits at once instead of after the 30 s grace, and loses nothing that was
-// acknowledged: the restarted node holds the push answered before.
-func TestOpsSecondSignalExitsAtOnce(t *testing.T) {
-	c := tc.Start(t, 1)
-	node := c.Node(0)
-	cl := node.Client()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	if _, err := cl.Push(ctx, []tc.PushItem{{Queue: "twice", Payload: 1, TransactionID: "t-1"}}); err != nil {
-		t.Fatal(err)
-	}
-	// A request whose body never finishes keeps the shutdown waiting. Its
-	// handler must be running before the signal (a connection still in the
-	// listen queue is dropped, not waited for): the server's "100 Continue"
-	// answers the handler's first read of the body.
+// pendingPush starts a push whose body never finishes, which keeps a
+// graceful shutdown waiting, and returns its connection and node's process.
+// The handler must be running before a signal (a connection still in the
+// listen queue is dropped, not waited for): the server's "100 Continue"
+// answers the handler's first read of the body.
+func pendingPush(t *testing.T, node *tc.Node) (net.Conn, *os.Process) {
+	t.Helper()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(node.URL(), "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
 	if _, err := fmt.Fprintf(conn, "POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -574,6 +564,23 @@ func TestOpsSecondSignalExitsAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return conn, proc
+}
+
+// A second SIGTERM while the graceful shutdown waits for an in-flight request
+// exits at once instead of after the 30 s grace, and loses nothing that was
+// acknowledged: the restarted node holds the push answered before.
+func TestOpsSecondSignalExitsAtOnce(t *testing.T) {
+	c := tc.Start(t, 1)
+	node := c.Node(0)
+	cl := node.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if _, err := cl.Push(ctx, []tc.PushItem{{Queue: "twice", Payload: 1, TransactionID: "t-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	conn, proc := pendingPush(t, node)
+	defer conn.Close()
 	if err := proc.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

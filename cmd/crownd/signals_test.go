@@ -1,10 +1,8 @@
 package main_test
 
 import (
-	"bufio"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -30,28 +28,9 @@ import (
 func TestDuplicateSignalStillShutsDownCleanly(t *testing.T) {
 	c := tc.Start(t, 1)
 	node := c.Node(0)
-	// An in-flight request keeps the shutdown going (as in
-	// TestOpsSecondSignalExitsAtOnce): a push whose body is not finished,
-	// its handler running (the 100 Continue answers its first read).
-	conn, err := net.Dial("tcp", strings.TrimPrefix(node.URL(), "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// An in-flight request keeps the shutdown going.
+	conn, proc := pendingPush(t, node)
 	defer conn.Close()
-	if _, err := fmt.Fprintf(conn, "POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
-	if status, err := bufio.NewReader(conn).ReadString('\n'); err != nil || !strings.Contains(status, "100 Continue") {
-		t.Fatalf("no 100 Continue for the pending push: %q, %v", status, err)
-	}
-	if _, err := fmt.Fprint(conn, `{"items":[`); err != nil {
-		t.Fatal(err)
-	}
-	proc, err := os.FindProcess(opsPid(t, node))
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := proc.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
