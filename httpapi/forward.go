@@ -542,6 +542,15 @@ func (s *Server) barrier(r *http.Request) *apiError {
 		if s.cluster.IsLeader() {
 			i, err := s.cluster.ReadIndex()
 			if errors.Is(err, raftnode.ErrNotLeader) {
+				// Leadership is moving (a transfer, a new term) while this
+				// node still reports itself leader: look again shortly,
+				// not in a tight loop, within the wait for a leader.
+				select {
+				case <-ctx.Done():
+					return &apiError{Status: 503, Code: codeNoLeader,
+						Message: "No leader could confirm a read index within --leader-wait; retry"}
+				case <-time.After(10 * time.Millisecond):
+				}
 				continue
 			}
 			if err != nil {

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -331,5 +332,31 @@ func TestForwardAbandonedBeforeWritingGoesToTheNextLeader(t *testing.T) {
 	}
 	if n := got.Load(); n != 1 {
 		t.Fatalf("the leader received the push %d times, want once", n)
+	}
+}
+
+// refusingReadIndex stays leader but refuses every read index, as a leader
+// does while it hands leadership over.
+type refusingReadIndex struct{ httpapi.Cluster }
+
+func (refusingReadIndex) ReadIndex() (uint64, error) {
+	return 0, fmt.Errorf("%w: leadership transfer in progress", raftnode.ErrNotLeader)
+}
+
+// A linearizable read on a leader whose read index is refused (leadership
+// is moving) waits for a leader within --leader-wait, then answers 503
+// no_leader. It used to retry in a tight loop that never looked at the
+// clock or the client: a transfer that did not finish held the request,
+// and a core, for good.
+func TestLinearizableReadWhileLeadershipMovesGivesUpAtLeaderWait(t *testing.T) {
+	s := newStackWrapped(t, func(c httpapi.Cluster) httpapi.Cluster { return refusingReadIndex{c} },
+		func(c *httpapi.Config) { c.LeaderWait = 300 * time.Millisecond })
+	start := time.Now()
+	r := s.do(http.MethodGet, "/api/v1/resources/queues?consistency=linearizable", nil)
+	if r.Status != http.StatusServiceUnavailable || asObj(t, r.Body)["code"] != "no_leader" {
+		t.Fatalf("linearizable read while the read index is refused: %d %s, want 503 no_leader", r.Status, r.Raw)
+	}
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Errorf("gave up after %v, before --leader-wait (300ms)", took)
 	}
 }

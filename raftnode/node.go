@@ -147,6 +147,15 @@ func (c *Config) raftConfig() *raft.Config {
 	// The state machine is persistent: it resumes from its own applied
 	// index instead of reloading a snapshot on every start.
 	rc.NoSnapshotRestoreOnStart = true
+	// A leader that removes itself steps down and stays a follower outside
+	// the configuration (a removed follower does the same): it campaigns
+	// for nothing and commits nothing. Raft's default shut Raft down from
+	// inside its leader loop at the commit of the removal, and a Raft that
+	// has shut down answers no future still queued (its buffered apply
+	// channel, its state machine's queue): the removal's own future, and
+	// the proposer's in-flight entry, then waited forever, and so did
+	// Shutdown (TestProposerLeaderRemovingItselfAnswersEveryCommandAndStops).
+	rc.ShutdownOnRemove = false
 	return rc
 }
 
@@ -200,7 +209,7 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	if err != nil {
 		return fail(fmt.Errorf("open snapshot store: %w", err))
 	}
-	if err := restoreIfBehind(log, f, snaps); err != nil {
+	if err := restoreIfBehind(log, f, snaps, logs); err != nil {
 		return fail(err)
 	}
 	advertise, err := net.ResolveTCPAddr("tcp", cfg.Advertise)
@@ -262,12 +271,18 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 // restoreIfBehind loads the newest snapshot into the state machine when the
 // state file is older than it (it was discarded after a machine crash, or is
 // new). Raft itself starts applying after the snapshot's index.
-func restoreIfBehind(log *slog.Logger, f *fsm.FSM, snaps raft.SnapshotStore) error {
+//
+// A snapshot's index may be a barrier's (Raft counts barriers, which it
+// hands to no state machine, in the index it snapshots at), above the state
+// file's applied index although the file holds everything the snapshot
+// does: only entries the state machine applies (commands and configuration
+// changes) between the two make the file behind.
+func restoreIfBehind(log *slog.Logger, f *fsm.FSM, snaps raft.SnapshotStore, logs raft.LogStore) error {
 	list, err := snaps.List()
 	if err != nil {
 		return fmt.Errorf("list snapshots: %w", err)
 	}
-	if len(list) == 0 || list[0].Index <= f.AppliedIndex() {
+	if len(list) == 0 || !appliesBetween(logs, f.AppliedIndex(), list[0].Index) {
 		return nil
 	}
 	meta, rc, err := snaps.Open(list[0].ID)
@@ -279,6 +294,19 @@ func restoreIfBehind(log *slog.Logger, f *fsm.FSM, snaps raft.SnapshotStore) err
 		return fmt.Errorf("restore snapshot %s: %w", meta.ID, err)
 	}
 	return nil
+}
+
+// appliesBetween reports whether an entry after applied, up to and including
+// upTo, is one the state machine applies (a command or a configuration
+// change); an entry the log no longer holds counts as one.
+func appliesBetween(logs raft.LogStore, applied, upTo uint64) bool {
+	for i := upTo; i > applied; i-- {
+		var l raft.Log
+		if err := logs.GetLog(i, &l); err != nil || l.Type == raft.LogCommand || l.Type == raft.LogConfiguration {
+			return true
+		}
+	}
+	return false
 }
 
 func (n *Node) watchLeadership() {
@@ -413,15 +441,61 @@ func (n *Node) WaitLeader(ctx context.Context) (id, addr string, err error) {
 // waited for whatever write came next. The leader holds every committed
 // entry, so the walk back over the few it has not applied reads its own log
 // (Raft's cache, usually one or two entries).
+//
+// The commit index counts only once an entry of this leader's own term is
+// committed (Raft paper, section 8): a new leader's commit index is the one
+// it heard as a follower, and followers hear of a commit only with the next
+// append, so it can be below an entry the old leader committed and
+// acknowledged. Until the term's first entry (its no-op) commits, ReadIndex
+// appends a barrier and waits for it.
 func (n *Node) ReadIndex() (uint64, error) {
+	term := n.raft.CurrentTerm()
 	idx := n.raft.CommitIndex()
-	if err := n.raft.VerifyLeader().Error(); err != nil {
-		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-			return 0, ErrNotLeader
+	if !n.committedInTerm(idx, term) {
+		if err := n.raft.Barrier(readIndexBarrierTimeout).Error(); err != nil {
+			return 0, leadershipError("read index barrier", err)
 		}
-		return 0, fmt.Errorf("verify leadership: %w", err)
+		term = n.raft.CurrentTerm()
+		idx = n.raft.CommitIndex()
+		if !n.committedInTerm(idx, term) {
+			// The term moved on after the barrier committed.
+			return 0, fmt.Errorf("%w: term changed during a read index", ErrNotLeader)
+		}
+	}
+	if err := n.raft.VerifyLeader().Error(); err != nil {
+		return 0, leadershipError("verify leadership", err)
+	}
+	if n.raft.CurrentTerm() != term {
+		// Leader again, but of a later term: idx may miss what a leader in
+		// between committed.
+		return 0, fmt.Errorf("%w: term changed during a read index", ErrNotLeader)
 	}
 	return n.lastCommandAtOrBelow(idx), nil
+}
+
+// readIndexBarrierTimeout bounds how long a new leader's read index waits
+// for Raft to take its barrier (Node.Barrier's default).
+const readIndexBarrierTimeout = 10 * time.Second
+
+// committedInTerm reports whether the entry at index (the commit index) is
+// of term: its leader has then committed an entry of its own term, and the
+// index covers everything earlier leaders committed.
+func (n *Node) committedInTerm(index, term uint64) bool {
+	if index == 0 {
+		return false
+	}
+	var l raft.Log
+	return n.logs.GetLog(index, &l) == nil && l.Term == term
+}
+
+// leadershipError maps a failed leader-only Raft future: lost or missing
+// leadership is ErrNotLeader.
+func leadershipError(what string, err error) error {
+	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
+		errors.Is(err, raft.ErrLeadershipTransferInProgress) {
+		return fmt.Errorf("%w: %v", ErrNotLeader, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // lastCommandAtOrBelow walks back from index over the entries the state
