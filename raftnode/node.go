@@ -116,6 +116,9 @@ type Node struct {
 
 	notifyCh chan bool
 	obsCh    chan raft.Observation
+	// joinCh hands a new OnLeadership watcher to watchLeadership, which
+	// tells it the current state in order with the notifications.
+	joinCh   chan leadershipJoin
 	mu       sync.Mutex // guards watchers, leaderView and endLeaderView
 	watchers []func(isLeader bool)
 	// leaderView is cancelled, and replaced, whenever this node's view of
@@ -224,7 +227,8 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	cleanup = append(cleanup, func() { trans.Close() })
 
 	n := &Node{cfg: cfg, log: log, fsm: f, counted: &logBytesFSM{FSM: f}, transport: trans, logStore: store, logs: logs,
-		notifyCh: make(chan bool, 16), obsCh: make(chan raft.Observation, 64), stopped: make(chan struct{})}
+		notifyCh: make(chan bool, 16), obsCh: make(chan raft.Observation, 64), joinCh: make(chan leadershipJoin),
+		stopped: make(chan struct{})}
 	n.leaderView, n.endLeaderView = context.WithCancel(context.Background())
 
 	rc := cfg.raftConfig()
@@ -320,6 +324,9 @@ func (n *Node) watchLeadership() {
 			for _, w := range ws {
 				w(isLeader)
 			}
+		case j := <-n.joinCh:
+			j.fn(n.raft.State() == raft.Leader)
+			close(j.done)
 		case <-n.obsCh:
 			n.mu.Lock()
 			n.endLeaderView()
@@ -331,12 +338,30 @@ func (n *Node) watchLeadership() {
 	}
 }
 
-// OnLeadership registers fn to run (on one goroutine, in order) whenever
-// this node gains or loses leadership.
+// OnLeadership registers fn to run (on one goroutine, in order) with
+// whether this node leads now, and then whenever it gains or loses
+// leadership; it returns after that first call, which is made on the
+// goroutine of the later ones, in order with
+// the notifications: a caller that read IsLeader itself and then
+// registered could apply a stale "leader" after a loss already delivered,
+// and run leader-only work on a follower.
 func (n *Node) OnLeadership(fn func(isLeader bool)) {
 	n.mu.Lock()
 	n.watchers = append(n.watchers, fn)
 	n.mu.Unlock()
+	j := leadershipJoin{fn: fn, done: make(chan struct{})}
+	select {
+	case n.joinCh <- j:
+		<-j.done
+	case <-n.stopped:
+	}
+}
+
+// leadershipJoin is a new watcher and what closes once it was told the
+// current state.
+type leadershipJoin struct {
+	fn   func(isLeader bool)
+	done chan struct{}
 }
 
 // LeaderView returns a context that is cancelled the next time this node's

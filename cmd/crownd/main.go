@@ -467,10 +467,7 @@ func runNode(c *config, log *slog.Logger) error {
 	mcfg.Logger, mcfg.Registry = log, reg
 	mcfg.EnsureQueues = []string{fsm.DefaultQueue}
 	timers := maintenance.New(mcfg, node, state)
-	node.OnLeadership(timers.SetLeader)
-	if node.IsLeader() {
-		timers.SetLeader(true)
-	}
+	node.OnLeadership(timers.SetLeader) // at once with the current state, then on every change
 
 	var first time.Time // when the shutdown's signal came (zero: none)
 	var failed error    // why the node stops, when no signal asked it to
