@@ -77,29 +77,11 @@ func applySweep(a *applier, c *Sweep) any {
 			res.More = true
 			break
 		}
-		// The completed rule is capped by the slowest group's position;
-		// a partition no group has read contributes nothing to it.
-		var slowest uint64
-		groups := 0
-		must(a.tx.ForEachGroup(p.ID, func(_ string, g *segments.Group) (bool, error) {
-			if groups == 0 || g.Next < slowest {
-				slowest = g.Next
-			}
-			groups++
-			return true, nil
-		}))
+		slowest, groups := must2(slowestGroup(a.tx, p.ID))
 		var doomed []segments.SegmentInfo
 		var rules []int
 		must(a.tx.Segments(p, func(si segments.SegmentInfo) (bool, error) {
-			rule := -1
-			switch {
-			case cut[RuleMaxWait] != 0 && si.CreatedAt < cut[RuleMaxWait]:
-				rule = RuleMaxWait
-			case cut[RuleRetention] != 0 && si.CreatedAt < cut[RuleRetention]:
-				rule = RuleRetention
-			case cut[RuleCompleted] != 0 && si.CreatedAt < cut[RuleCompleted] && groups > 0 && si.First+si.Count <= slowest:
-				rule = RuleCompleted
-			}
+			rule := condemnedBy(cut, si, slowest, groups)
 			if rule < 0 {
 				return false, nil
 			}
@@ -166,11 +148,7 @@ func applyExpireLeases(a *applier, c *ExpireLeases) any {
 	must(a.tx.ForEachLease(func(lease [16]byte, pid uint64, group string, superseded int64) (bool, error) {
 		scanned++
 		g := must1(a.tx.Group(pid, group))
-		// A lease another pop superseded is kept for the same grace as one
-		// that expired in place (SupersedeLease); any other entry whose
-		// holder no longer has it is stale at once.
-		gone := g == nil || (g.LeaseID != lease && (superseded == 0 || superseded <= cutoff))
-		if gone || (g.LeaseID == lease && g.LeaseExpiry <= cutoff) {
+		if leaseStale(g, lease, superseded, cutoff) {
 			stale = append(stale, holder{lease, pid, group})
 		}
 		// Ids are time-ordered, so when the oldest Max*8 records hold

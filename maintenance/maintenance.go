@@ -3,7 +3,9 @@
 // completed-retention deletion; clearing long-expired leases); on followers
 // it does nothing. The state machine decides what each sweep deletes from
 // the entry's stamped time, so a sweep proposed twice, or by an old and a
-// new leader, deletes nothing twice. See DESIGN.md.
+// new leader, deletes nothing twice. A read-only check of the state comes
+// before each proposal, so a sweep that would change nothing is not
+// proposed and an idle cluster's log stays still. See DESIGN.md.
 package maintenance
 
 import (
@@ -48,6 +50,17 @@ type OJSState interface {
 // memory be dropped. A State that does not implement it gets no such sweep.
 type DedupState interface {
 	DeletedTxIDsDue(now int64) (bool, error)
+}
+
+// DueState answers, before a sweep is proposed, whether applying it at or
+// after now would change the state (fsm.FSM; fsm/sweep_due.go). A State
+// that implements it gets a command proposed only when its check says so,
+// so an idle cluster's log stays still; one that does not gets every sweep
+// proposed on every tick.
+type DueState interface {
+	SweepDue(queue string, now int64) (bool, error)
+	OJSSweepDue(queue string, now int64) (bool, error)
+	LeasesDue(now, grace int64, batch uint32) (bool, error)
 }
 
 // Config tunes the timers.
@@ -193,6 +206,26 @@ func (r *Runner) every(ctx context.Context, d time.Duration, fn func(context.Con
 	}
 }
 
+// due runs a sweep's read-only check at the wall clock (the check itself
+// takes the state's time when that is later) and reports whether the
+// command should be proposed. A check that says no is counted in
+// crown_sweep_skipped_total; a check that fails is logged and proposes
+// nothing (the next tick checks again), as a failed listing of targets does.
+func (r *Runner) due(kind string, check func(now int64) (bool, error)) bool {
+	if check == nil {
+		return true
+	}
+	due, err := check(time.Now().UnixMicro())
+	if err != nil {
+		r.log.Error("sweep check failed", "kind", kind, "error", err)
+		return false
+	}
+	if !due {
+		r.m.skipped.WithLabelValues(kind).Inc()
+	}
+	return due
+}
+
 // propose commits one sweep; a lost leadership ends the round quietly.
 func (r *Runner) propose(ctx context.Context, cmd fsm.Command) (any, bool) {
 	res, _, err := r.prop.Propose(ctx, cmd)
@@ -218,8 +251,16 @@ func (r *Runner) sweepQueues(ctx context.Context) {
 		r.log.Error("list sweep targets", "error", err)
 		return
 	}
+	ds, _ := r.state.(DueState)
 	for _, q := range queues {
+		var check func(int64) (bool, error)
+		if ds != nil {
+			check = func(now int64) (bool, error) { return ds.SweepDue(q, now) }
+		}
 		for ctx.Err() == nil {
+			if !r.due("retention", check) {
+				break
+			}
 			res, ok := r.propose(ctx, &fsm.Sweep{Queue: q, MaxSegments: r.cfg.RetentionBatch})
 			if !ok {
 				return
@@ -241,7 +282,15 @@ func (r *Runner) sweepQueues(ctx context.Context) {
 }
 
 func (r *Runner) sweepLeases(ctx context.Context) {
+	var check func(int64) (bool, error)
+	if ds, ok := r.state.(DueState); ok {
+		grace, batch := r.cfg.LeaseGrace.Microseconds(), r.cfg.LeaseBatch
+		check = func(now int64) (bool, error) { return ds.LeasesDue(now, grace, batch) }
+	}
 	for ctx.Err() == nil {
+		if !r.due("leases", check) {
+			return
+		}
 		res, ok := r.propose(ctx, &fsm.ExpireLeases{Grace: r.cfg.LeaseGrace.Microseconds(), Max: r.cfg.LeaseBatch})
 		if !ok {
 			return
@@ -258,18 +307,16 @@ func (r *Runner) sweepLeases(ctx context.Context) {
 // forgetDeletedTxIDs drops the remembered deletions whose dedup window
 // closed, in bounded steps.
 func (r *Runner) forgetDeletedTxIDs(ctx context.Context) {
-	due, err := r.state.(DedupState).DeletedTxIDsDue(time.Now().UnixMicro())
-	if err != nil {
-		r.log.Error("check deleted transaction ids", "error", err)
-		return
-	}
-	for due && ctx.Err() == nil {
+	check := r.state.(DedupState).DeletedTxIDsDue
+	for ctx.Err() == nil && r.due("dedup", check) {
 		res, ok := r.propose(ctx, &fsm.ForgetDeletedTxIDs{Max: r.cfg.RetentionBatch})
 		if !ok {
 			return
 		}
 		r.m.sweeps.WithLabelValues("dedup").Inc()
-		due = res.(*fsm.ForgetDeletedTxIDsResult).More
+		if !res.(*fsm.ForgetDeletedTxIDsResult).More {
+			return
+		}
 	}
 }
 
@@ -281,8 +328,16 @@ func (r *Runner) sweepOJS(ctx context.Context) {
 		r.log.Error("list OJS sweep targets", "error", err)
 		return
 	}
+	ds, _ := r.state.(DueState)
 	for _, q := range queues {
+		var check func(int64) (bool, error)
+		if ds != nil {
+			check = func(now int64) (bool, error) { return ds.OJSSweepDue(q, now) }
+		}
 		for ctx.Err() == nil {
+			if !r.due("ojs", check) {
+				break
+			}
 			res, ok := r.propose(ctx, &fsm.OJSSweep{Queue: q, MaxDLQ: r.cfg.RetentionBatch})
 			if !ok {
 				return
@@ -308,6 +363,7 @@ type metrics struct {
 	segments *prometheus.CounterVec
 	messages *prometheus.CounterVec
 	leases   prometheus.Counter
+	skipped  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -322,9 +378,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Messages deleted by sweeps this node proposed, by rule."}, []string{"rule"}),
 		leases: prometheus.NewCounter(prometheus.CounterOpts{Name: "crown_sweep_leases_cleared_total",
 			Help: "Long-expired lease records cleared by sweeps this node proposed."}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "crown_sweep_skipped_total",
+			Help: "Sweep checks this node ran as leader that found nothing to do, so proposed nothing, by kind."}, []string{"kind"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.active, m.sweeps, m.segments, m.messages, m.leases)
+		reg.MustRegister(m.active, m.sweeps, m.segments, m.messages, m.leases, m.skipped)
 	}
 	return m
 }
