@@ -101,8 +101,13 @@ func (r *ReadSnapshot) WriteTo(w io.Writer) (int64, error) {
 		if cw.err != nil {
 			return cw.n, cw.err
 		}
-		if _, err := io.Copy(cw, io.NewSectionReader(f, 0, int64(r.sizes[i]))); err != nil {
-			return cw.n, fmt.Errorf("stream blob file %d: %w", no, err)
+		// A section reader ends quietly at the end of the file: a file
+		// short of its committed length would leave the stream short.
+		if got, err := io.Copy(cw, io.NewSectionReader(f, 0, int64(r.sizes[i]))); err != nil || got != int64(r.sizes[i]) {
+			if err == nil {
+				err = ErrCorrupt
+			}
+			return cw.n, fmt.Errorf("stream blob file %d: %d of %d committed bytes: %w", no, got, r.sizes[i], err)
 		}
 	}
 	return writeTrailer(w, cw, sum)

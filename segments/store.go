@@ -226,6 +226,17 @@ func openBlobs(db *bolt.DB, path string, gens []uint64, o StoreOptions) (*blobSe
 			return nil, fmt.Errorf("blob file %d: %w", no, err)
 		}
 		s.files[no] = f
+		// A store that fsyncs may be opened on files an earlier session
+		// wrote without it and left by a process crash: commits sync
+		// only the active file (and bbolt's the whole state file), so
+		// the sealed ones would otherwise stay in the page cache while
+		// the caller records that this state is on disk.
+		if s.sync {
+			if err := f.Sync(); err != nil {
+				s.close()
+				return nil, fmt.Errorf("sync blob file %d: %w", no, err)
+			}
+		}
 	}
 	if s.sync { // the directory and files created above
 		for _, d := range []string{s.dir, filepath.Dir(s.dir)} {
