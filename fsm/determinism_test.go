@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -729,4 +730,54 @@ func TestRestoreUnopenableStateStopsLoudly(t *testing.T) {
 		}()
 		f.ApplyBatch(rec.logs[20:21])
 	}()
+}
+
+// A syncing session records its state as synced only once its Open has
+// made the files on disk whole: until then they may be what an unsynced
+// session left in the page cache when its process was killed. Here the
+// syncing Open fails on a file that is garbage (what a machine crash can
+// leave of unsynced pages): the marker must not call it synced, so the
+// next boot discards it and rebuilds instead of failing on it for good.
+func TestSyncedMarkerOnlyAfterASyncingOpen(t *testing.T) {
+	rec := record(t, 17, 20)
+	dir := t.TempDir()
+	open := func(boot string, sync bool) (*FSM, error) {
+		return Open(Config{Dir: dir, NodeID: "n1", BootID: boot, Sync: sync})
+	}
+	f, err := open("boot-1", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ApplyBatch(rec.logs)
+	if err := f.store.Close(); err != nil { // a process crash
+		t.Fatal(err)
+	}
+	f.store = nil
+	if err := os.WriteFile(filepath.Join(dir, dbFile), bytes.Repeat([]byte{0xAB}, 8192), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if g, err := open("boot-1", true); err == nil {
+		g.Close()
+		t.Fatal("opened a garbage state file")
+	}
+	b, err := os.ReadFile(filepath.Join(dir, markerFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m marker
+	if err := json.Unmarshal(b, &m); err != nil || m.Synced || m.Clean {
+		t.Fatalf("marker after a failed syncing open: %s (%v), want neither clean nor synced", b, err)
+	}
+	h, err := open("boot-2", true) // the machine restarted
+	if err != nil {
+		t.Fatalf("a new boot could not discard the unsynced file: %v", err)
+	}
+	defer h.Close()
+	if h.AppliedIndex() != 0 {
+		t.Fatalf("applied %d, want a discarded, rebuilt state", h.AppliedIndex())
+	}
+	b, _ = os.ReadFile(filepath.Join(dir, markerFile))
+	if json.Unmarshal(b, &m) != nil || !m.Synced {
+		t.Fatalf("marker after a syncing open: %s, want synced", b)
+	}
 }

@@ -98,10 +98,13 @@ func Open(cfg Config) (*FSM, error) {
 	if err := f.checkCrash(); err != nil {
 		return nil, err
 	}
-	// Unclean before the store opens: opening may write (a schema
-	// migration rewrites much of the file without fsync), and a machine
-	// crash during it must not leave a marker saying the file is whole.
-	if err := f.writeMarker(false); err != nil {
+	// Unclean and unsynced before the store opens: opening may write (a
+	// schema migration rewrites much of the file, without fsync unless
+	// --fsm-sync), and the files an unsynced session left after a process
+	// crash are still only in the page cache until a syncing Open has
+	// fsynced them. A machine crash meanwhile must not leave a marker
+	// saying the file is whole.
+	if err := f.writeMarker(false, false); err != nil {
 		return nil, err
 	}
 	st, err := segments.Open(f.dbPath(), f.storeOptions())
@@ -109,6 +112,13 @@ func Open(cfg Config) (*FSM, error) {
 		return nil, err
 	}
 	f.store = st
+	if cfg.Sync {
+		// A syncing Open returns with everything on disk.
+		if err := f.writeMarker(false, true); err != nil {
+			st.Close()
+			return nil, err
+		}
+	}
 	if err := st.View(func(tx *segments.Tx) error {
 		f.applied.Store(tx.Applied())
 		return nil
@@ -166,8 +176,8 @@ func (f *FSM) discard() error {
 	return nil
 }
 
-func (f *FSM) writeMarker(clean bool) error {
-	b, _ := json.Marshal(marker{BootID: f.cfg.BootID, Clean: clean, Synced: f.cfg.Sync})
+func (f *FSM) writeMarker(clean, synced bool) error {
+	b, _ := json.Marshal(marker{BootID: f.cfg.BootID, Clean: clean, Synced: synced})
 	p := filepath.Join(f.cfg.Dir, markerFile)
 	if err := writeFileSync(p+".tmp", b); err != nil {
 		return fmt.Errorf("write state marker: %w", err)
@@ -193,7 +203,7 @@ func (f *FSM) Close() error {
 	if err != nil {
 		return err
 	}
-	return f.writeMarker(true)
+	return f.writeMarker(true, f.cfg.Sync)
 }
 
 // AppliedIndex is the last Raft index whose effects the state holds.
