@@ -495,7 +495,9 @@ func (f *FSM) swapIn(tmp string) (uint64, error) {
 	}
 	if old := f.store; old != nil {
 		f.store = nil
-		// Closing a store waits for its readers, and one of them may be a
+		// Closing a store waits for its bbolt readers (its blob files
+		// close first: a snapshot still streaming from them fails with
+		// segments.ErrClosed, DESIGN.md), and one of them may be a
 		// snapshot Raft has not released: Raft installs a leader's snapshot
 		// on its main loop, and its snapshot goroutine, holding an
 		// FSMSnapshot, may be waiting on that loop. So the old store closes
