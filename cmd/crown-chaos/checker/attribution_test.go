@@ -28,6 +28,7 @@ func TestCheckerForeignTxnIsUnexpected(t *testing.T) {
 		b := &h{}
 		b.push(0, 10, history.OK, 0)
 		b.pop(20, 25, "g1", 0)
+		b.ack(26, 28, "g1", "completed", history.OK, 0)
 		b.add(history.Op{Kind: history.KindPop, Start: 30, End: 35, Outcome: history.OK, Queue: q, Group: "g2", Lease: "L",
 			Items: []history.Item{{Partition: p, Seq: 0, Txn: history.Txn("oldrun", q, p, 0), DataSeq: 0}}})
 		b.final(100, 1, "d", "d", "d")
@@ -56,6 +57,7 @@ func TestCheckerFinalTotalsDifferAcrossNodes(t *testing.T) {
 	b.push(0, 10, history.OK, 0)
 	b.push(20, 30, history.Unknown, 1) // may or may not be stored
 	b.pop(40, 45, "g1", 0)
+	b.ack(50, 55, "g1", "completed", history.OK, 0)
 	b.final(100, 1, "d", "d", "d")
 	b.ops[len(b.ops)-1].States[1].Totals[q+"/"+p] = 2 // node2 stores seq 1, node1 and node3 do not
 	res := check(t, b)
@@ -73,6 +75,7 @@ func TestCheckerFinalTotalsOfFailedReadNotJudged(t *testing.T) {
 	b := &h{}
 	b.push(0, 10, history.OK, 0, 1)
 	b.pop(20, 25, "g1", 0, 1)
+	b.ack(30, 35, "g1", "completed", history.OK, 0, 1)
 	b.final(100, 2, "d", "d", "d")
 	st := &b.ops[len(b.ops)-1].States[2]
 	st.Totals, st.Error = map[string]int64{}, "totals: context deadline exceeded"

@@ -30,12 +30,22 @@
 //     ack, is a documented redelivery — provided it has such a cause: two
 //     deliveries of m to G are at least the lease time apart or separated
 //     by a failed/retry ack (in one order or the other when they overlap).
-//   - After the final drain every message pushed ok was delivered to every
-//     group at least once; otherwise it is lost.
-//   - After healing every node reports the same applied index and digest,
-//     every node stores the same number of messages in each partition, and
-//     that number lies between the messages pushed ok and those pushed ok
-//     or with an unknown outcome.
+//     A pop in flight while a success ack of m (or of a later message) was
+//     answered delivers m only in violation, whatever the lease time: that
+//     ack was another lease's (the pop's consumer had no lease to ack yet),
+//     so the pop applied either after m was consumed or while that lease
+//     still held m.
+//   - After the final drain every group was delivered, and completed (an
+//     ack answered success of m or of a later message), every message
+//     pushed ok: never delivered is lost, delivered but never completed is
+//     never-completed (a message dropped after its delivery shows no gap
+//     when nothing follows it). The workload re-sends completed acks left in
+//     doubt during the drain, so an ack in doubt is no proof here.
+//   - After healing every node of the run (the meta's nodes) reports the
+//     same applied index and digest (judged from the recorded states, not
+//     only the runner's flag), every node stores the same number of
+//     messages in each partition, and that number lies between the messages
+//     pushed ok and those pushed ok or with an unknown outcome.
 package checker
 
 import (
@@ -54,6 +64,7 @@ import (
 const (
 	KindLost          = "lost"                         // Lost
 	KindStoredLess    = "stored-count-below-confirmed" // Lost
+	KindNotCompleted  = "never-completed"              // Lost
 	KindDupDelivery   = "delivered-after-completed"    // Duplicated
 	KindStoredTwice   = "stored-twice"                 // Duplicated
 	KindStoredMore    = "stored-count-above-pushed"    // Duplicated
@@ -69,7 +80,7 @@ const (
 )
 
 var category = map[string]string{
-	KindLost: "lost", KindStoredLess: "lost",
+	KindLost: "lost", KindStoredLess: "lost", KindNotCompleted: "lost",
 	KindDupDelivery: "duplicated", KindStoredTwice: "duplicated", KindStoredMore: "duplicated",
 	KindSkipped: "reordered", KindOutOfOrder: "reordered", KindNoCause: "reordered",
 	KindPhantom: "unexpected", KindFailedApplied: "unexpected", KindPayload: "unexpected",
@@ -273,6 +284,7 @@ type checker struct {
 	releases map[pgKey][][2]int64 // failed and retry acks that may have applied: [start, end]
 	lease    int64                // ns; 0: unknown (no meta), redelivery causes not checked
 	reached  map[pgKey]map[int64]bool
+	nodes    map[string]string          // the run's nodes (meta); every state record must show each
 	flagged  map[string]bool            // one violation per (kind, message, group)
 	seen     map[string]map[string]bool // queue -> groups that popped or acked it
 }
@@ -334,6 +346,12 @@ func Check(ops []history.Op, opt Options) *Result {
 	})
 	var meta *history.Meta
 	var final *history.Op
+	// The meta first: checkpoints are judged against its nodes.
+	for i := range sorted {
+		if op := &sorted[i]; op.Kind == history.KindMeta && op.Meta != nil {
+			c.nodes = op.Meta.Nodes
+		}
+	}
 	for i := range sorted {
 		op := &sorted[i]
 		c.res.DurationSec = max(c.res.DurationSec, sec(max(op.Start, op.End)))
@@ -353,7 +371,6 @@ func Check(ops []history.Op, opt Options) *Result {
 		case history.KindAck:
 			c.res.Operations.Ack.add(op.Outcome)
 			c.res.Operations.All.add(op.Outcome)
-			c.ack(op)
 		case history.KindFinal:
 			final = op
 		case history.KindCheckpoint:
@@ -362,11 +379,15 @@ func Check(ops []history.Op, opt Options) *Result {
 			c.res.Notes = append(c.res.Notes, op.Label)
 		}
 	}
-	// Deliveries after every push is known (an unknown push may be
-	// delivered before a retry confirms it).
+	// Deliveries and acks after every push is known (an unknown push may
+	// be delivered before a retry confirms it; an ack names a message by
+	// the transaction id pushed there).
 	for i := range sorted {
-		if op := &sorted[i]; op.Kind == history.KindPop && op.Outcome == history.OK && len(op.Items) > 0 {
+		switch op := &sorted[i]; {
+		case op.Kind == history.KindPop && op.Outcome == history.OK && len(op.Items) > 0:
 			c.pop(op)
+		case op.Kind == history.KindAck:
+			c.ack(op)
 		}
 	}
 	for k, m := range c.msgs {
@@ -487,6 +508,12 @@ func (c *checker) ack(op *history.Op) {
 	}
 	for _, it := range op.Items {
 		st := state
+		if m := c.msgs[msgKey{op.Queue, it.Partition, it.Seq}]; m == nil || m.txn != it.Txn {
+			// Not the message pushed at that place (another run's, or an
+			// id the workload could not read): the delivery that brought
+			// it is unexpected, and acking it must not pass for acking m.
+			continue
+		}
 		if op.Outcome == history.OK {
 			if !it.Success {
 				continue // an item error: nothing moved
@@ -618,6 +645,19 @@ func (c *checker) order(k pgKey) {
 		if i := sort.Search(len(byStart), func(i int) bool { return byStart[i].start >= d.end }); i > 0 {
 			P = possMax[i-1]
 		}
+		// S: the highest seq of a success ack answered while the pop was in
+		// flight. The pop's own consumer cannot ack a lease it has not been
+		// told yet, so that ack was another lease's: applied after it, the
+		// pop delivered a completed message; applied before it, the pop
+		// leased a message the ack's lease still held (its ack succeeded)
+		// or that was already consumed. Either way m <= S is a violation,
+		// whatever the lease time.
+		S, sOp, sEnd := int64(-1), int64(0), int64(0)
+		for j := sort.Search(len(byEnd), func(i int) bool { return byEnd[i].end >= d.start }); j < len(byEnd) && byEnd[j].end <= d.end; j++ {
+			if byEnd[j].seq > S {
+				S, sOp, sEnd = byEnd[j].seq, byEnd[j].op, byEnd[j].end
+			}
+		}
 		a := d.items[0].Seq
 		base := Violation{Queue: k.q, Partition: k.p, Group: k.g}
 		if a > P+1 {
@@ -639,6 +679,13 @@ func (c *checker) order(k pgKey) {
 				v.Kind, v.Seq, v.Ops = KindDupDelivery, it.Seq, []int64{d.op, cOp}
 				v.Detail = fmt.Sprintf("delivered by pop #%d (sent at %.3fs) after ack #%d had confirmed completion up to seq %d",
 					d.op, sec(d.start), cOp, C)
+				c.violate(v)
+			} else if it.Seq <= S {
+				v := base
+				v.Kind, v.Seq, v.Ops = KindDupDelivery, it.Seq, []int64{d.op, sOp}
+				v.Detail = fmt.Sprintf("delivered by pop #%d (sent %.3fs, answered %.3fs) while ack #%d, answered at %.3fs, confirmed completion up to seq %d: "+
+					"applied after that ack it redelivered a completed message, before it it leased a message another lease held",
+					d.op, sec(d.start), sec(d.end), sOp, sec(sEnd), S)
 				c.violate(v)
 			}
 		}
@@ -675,21 +722,6 @@ func (c *checker) order(k pgKey) {
 }
 
 func (c *checker) lost(meta *history.Meta) {
-	groupsOf := map[string][]string{}
-	if meta != nil && len(meta.Groups) > 0 {
-		for _, q := range meta.Queues {
-			groupsOf[q] = meta.Groups
-		}
-	}
-	if len(groupsOf) == 0 {
-		// Hand-made histories: every group seen on a queue should see all of it.
-		for q, gs := range c.seen {
-			for g := range gs {
-				groupsOf[q] = append(groupsOf[q], g)
-			}
-			sort.Strings(groupsOf[q])
-		}
-	}
 	keys := make([]msgKey, 0, len(c.msgs))
 	for k, m := range c.msgs {
 		if m.confirmed {
@@ -699,24 +731,112 @@ func (c *checker) lost(meta *history.Meta) {
 	slices.SortFunc(keys, func(a, b msgKey) int {
 		return cmp.Or(strings.Compare(a.q, b.q), strings.Compare(a.p, b.p), cmp.Compare(a.seq, b.seq))
 	})
+	// Every group of the run reads every queue pushed to, whether or not the
+	// meta lists that queue (a queue it forgot must not escape the check),
+	// and so does every group seen reading it. Hand-made histories without
+	// meta groups: the groups seen on each queue.
+	groupsOf := map[string][]string{}
+	for _, k := range keys {
+		if _, ok := groupsOf[k.q]; ok {
+			continue
+		}
+		gs := map[string]bool{}
+		if meta != nil {
+			for _, g := range meta.Groups {
+				gs[g] = true
+			}
+		}
+		for g := range c.seen[k.q] {
+			gs[g] = true
+		}
+		groupsOf[k.q] = slices.Sorted(maps.Keys(gs))
+	}
+	// The highest seq each group's success completed acks reached (acks
+	// are cumulative): the drain ends once every group completed every
+	// message pushed ok, and a message delivered but never completed may
+	// have been dropped after its delivery (its partition's last message
+	// shows no gap). An ack in doubt is no proof: the drain re-sends those
+	// until they are answered.
+	done := map[pgKey]int64{}
+	doneOp := map[pgKey]int64{}
+	for k, acks := range c.acks {
+		done[k] = -1
+		for _, a := range acks {
+			if a.state == ackSuccess && a.seq > done[k] {
+				done[k], doneOp[k] = a.seq, a.op
+			}
+		}
+	}
 	for _, k := range keys {
 		m := c.msgs[k]
 		for _, g := range groupsOf[k.q] {
-			if !c.reached[pgKey{k.q, k.p, g}][k.seq] {
+			pg := pgKey{k.q, k.p, g}
+			if !c.reached[pg][k.seq] {
 				c.violate(Violation{Kind: KindLost, Queue: k.q, Partition: k.p, Group: g, Seq: k.seq, Ops: m.pushOps,
 					Detail: fmt.Sprintf("%s was pushed ok but never delivered to the group", m.txn)})
+				continue
+			}
+			if d, ok := done[pg]; !ok || d < k.seq {
+				detail := fmt.Sprintf("%s was pushed ok and delivered, but no ack of the group answered success completed it", m.txn)
+				ops := slices.Clone(m.pushOps)
+				if ok && d >= 0 {
+					detail += fmt.Sprintf(" (completed up to seq %d, ack #%d)", d, doneOp[pg])
+					ops = append(ops, doneOp[pg])
+				}
+				c.violate(Violation{Kind: KindNotCompleted, Queue: k.q, Partition: k.p, Group: g, Seq: k.seq, Ops: ops,
+					Detail: detail})
 			}
 		}
 	}
 }
 
+// agree reports whether states show every node of the run (meta's nodes,
+// when known) at one applied index with one digest. The record's passed
+// flag is the runner's claim; the states are the evidence, and both must
+// hold. A node's error is not judged here: after a converged digest read,
+// the final record keeps the error of the stored-count read beside the
+// digests it agreed on.
+func (c *checker) agree(states []history.NodeState) (bool, string) {
+	if len(states) == 0 {
+		return false, "no node states recorded"
+	}
+	have := map[string]bool{}
+	for _, s := range states {
+		have[s.Node] = true
+		if s.Digest == "" || s.AppliedIndex != states[0].AppliedIndex || s.Digest != states[0].Digest {
+			return false, ""
+		}
+	}
+	var missing []string
+	for n := range c.nodes {
+		if !have[n] {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		return false, "no state of " + strings.Join(missing, ", ")
+	}
+	return true, ""
+}
+
+// statesDiffer classifies states that do not agree.
+func (c *checker) statesDiffer(states []history.NodeState, why string) (kind, detail string) {
+	kind, detail = classifyStates(states)
+	if why != "" {
+		detail = strings.TrimPrefix(detail+"; "+why, "; ")
+	}
+	return kind, detail
+}
+
 func (c *checker) checkpoint(op *history.Op) {
-	cp := Checkpoint{AtSec: sec(op.Start), Label: op.Label, Passed: op.Passed != nil && *op.Passed}
+	agreed, why := c.agree(op.States)
+	cp := Checkpoint{AtSec: sec(op.Start), Label: op.Label, Passed: op.Passed != nil && *op.Passed && agreed}
 	if len(op.States) > 0 {
 		cp.Applied = op.States[0].AppliedIndex
 	}
 	if !cp.Passed {
-		kind, detail := classifyStates(op.States)
+		kind, detail := c.statesDiffer(op.States, why)
 		cp.Detail = detail
 		c.violate(Violation{Kind: kind, Detail: fmt.Sprintf("checkpoint %q at %.1fs: %s", op.Label, sec(op.Start), detail),
 			Ops: []int64{op.ID}})
@@ -754,14 +874,15 @@ func (c *checker) final(op *history.Op) {
 		return
 	}
 	c.res.HaveFinalState = true
-	c.res.Converged = op.Passed != nil && *op.Passed
+	agreed, why := c.agree(op.States)
+	c.res.Converged = op.Passed != nil && *op.Passed && agreed
 	c.res.FinalDigests = map[string]string{}
 	for _, s := range op.States {
 		c.res.FinalDigests[s.Node] = s.Digest
 		c.res.FinalApplied = max(c.res.FinalApplied, s.AppliedIndex)
 	}
 	if !c.res.Converged {
-		kind, detail := classifyStates(op.States)
+		kind, detail := c.statesDiffer(op.States, why)
 		c.violate(Violation{Kind: kind, Detail: "final state: " + detail, Ops: []int64{op.ID}})
 	}
 	// Stored counts per partition against what was pushed.
@@ -790,10 +911,22 @@ func (c *checker) final(op *history.Op) {
 			continue
 		}
 		if s.Totals == nil {
+			if c.res.Converged && len(qps) > 0 {
+				c.res.Notes = append(c.res.Notes, fmt.Sprintf("final state: %s's stored messages were not recorded, so not checked", s.Node))
+			}
 			continue
 		}
 		counted = append(counted, s)
-		for _, qp := range qps {
+		// Every partition the node reports as well: one no push went to
+		// holds messages nobody pushed.
+		mine := slices.Clone(qps)
+		for qp := range s.Totals {
+			if !attempted[qp] {
+				mine = append(mine, qp)
+			}
+		}
+		slices.Sort(mine)
+		for _, qp := range mine {
 			total := s.Totals[qp]
 			q, p, _ := strings.Cut(qp, "/")
 			if total < confirmed[qp] {

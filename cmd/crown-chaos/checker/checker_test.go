@@ -131,6 +131,10 @@ func clean() *h {
 	b.pop(60, 67, "", 2, 3)
 	// ...and a late ack rejected for an expired lease moves nothing.
 	b.ack(6000, 6001, "", "completed", history.OK, 2, 3)
+	// Redelivered once the lease expired, and completed: every group
+	// completed every message, as after the final drain.
+	b.pop(6100, 6105, "", 2, 3)
+	b.ack(6110, 6115, "", "completed", history.OK, 2, 3)
 	b.final(7000, 4, "d", "d", "d")
 	// The rejected ack: its items report failure.
 	for i := range b.ops {
@@ -147,10 +151,10 @@ func clean() *h {
 func TestCleanHistoryPasses(t *testing.T) {
 	res := check(t, clean())
 	expect(t, res, 0, 0, 0, 0, 0, true)
-	if res.Messages.Confirmed != 4 || res.Deliveries != 16 || res.Redeliveries == 0 {
+	if res.Messages.Confirmed != 4 || res.Deliveries != 18 || res.Redeliveries == 0 {
 		t.Fatalf("messages %+v, deliveries %d, redeliveries %d", res.Messages, res.Deliveries, res.Redeliveries)
 	}
-	if !res.Converged || res.Operations.All.Total != 16 {
+	if !res.Converged || res.Operations.All.Total != 18 {
 		t.Fatalf("converged %v, operations %+v", res.Converged, res.Operations.All)
 	}
 }
@@ -175,6 +179,7 @@ func TestLostWriteInFinalState(t *testing.T) {
 	b := &h{}
 	b.push(0, 10, history.OK, 0, 1)
 	b.pop(20, 25, "g1", 0, 1)
+	b.ack(30, 35, "g1", "completed", history.OK, 0, 1)
 	b.final(100, 1, "d", "d", "d") // only one message stored
 	res := check(t, b)
 	expect(t, res, 3, 0, 0, 0, 0, false) // one per node
@@ -188,6 +193,7 @@ func TestUnknownPushNeedNotExist(t *testing.T) {
 	b.push(0, 10, history.OK, 0)
 	b.push(20, 30, history.Unknown, 1) // never confirmed, never delivered
 	b.pop(40, 45, "g1", 0)
+	b.ack(50, 55, "g1", "completed", history.OK, 0)
 	b.final(100, 1, "d", "d", "d")
 	res := check(t, b)
 	expect(t, res, 0, 0, 0, 0, 0, true)
@@ -230,6 +236,8 @@ func TestDuplicateStorage(t *testing.T) {
 	// ...but the first attempt did store it too: delivered again with another id.
 	b.add(history.Op{Kind: history.KindPop, Start: 60, End: 65, Outcome: history.OK, Queue: q, Group: "g2",
 		Items: []history.Item{{Partition: p, Seq: 0, Txn: txn(0), MsgID: "other", DataSeq: 0}}})
+	b.ack(70, 75, "g1", "completed", history.OK, 0)
+	b.ack(70, 75, "g2", "completed", history.OK, 0)
 	b.final(100, 2, "d", "d", "d")
 	res := check(t, b)
 	// One stored-twice (counted once per message) plus the stored count
@@ -246,6 +254,7 @@ func TestTwoQueuedResultsWithDifferentIDs(t *testing.T) {
 	b.add(history.Op{Kind: history.KindPush, Start: 20, End: 30, Outcome: history.OK, Queue: q,
 		Items: []history.Item{{Partition: p, Seq: 0, Txn: txn(0), Status: "queued", MsgID: "second"}}})
 	b.pop(40, 45, "g1", 0)
+	b.ack(50, 55, "g1", "completed", history.OK, 0)
 	b.final(100, 1, "d", "d", "d")
 	res := check(t, b)
 	expect(t, res, 0, 1, 0, 0, 0, false)
@@ -258,6 +267,7 @@ func TestReorderWithinBatch(t *testing.T) {
 	b := &h{}
 	b.push(0, 10, history.OK, 0, 1, 2)
 	b.pop(20, 25, "g1", 0, 2, 1)
+	b.ack(30, 35, "g1", "completed", history.OK, 0, 2, 1)
 	b.final(100, 3, "d", "d", "d")
 	res := check(t, b)
 	expect(t, res, 0, 0, 2, 0, 0, false) // 2 after 0, then 1 after 2
@@ -273,6 +283,7 @@ func TestSkippedMessage(t *testing.T) {
 	b.ack(30, 35, "g1", "completed", history.OK, 0)
 	b.pop(40, 45, "g1", 2) // seq 1 was never consumed
 	b.pop(50, 55, "g1", 1) // and comes later: still out of order
+	b.ack(60, 65, "g1", "completed", history.OK, 1, 2)
 	b.final(100, 3, "d", "d", "d")
 	res := check(t, b)
 	expect(t, res, 0, 0, 1, 0, 0, false)
@@ -288,6 +299,7 @@ func TestRejectedAckDoesNotExcuseAJump(t *testing.T) {
 	b.add(history.Op{Kind: history.KindAck, Start: 30, End: 35, Outcome: history.OK, Queue: q, Group: "g1", Status: "completed",
 		Items: []history.Item{{Partition: p, Seq: 0, Txn: txn(0), Success: false, Status: "Invalid or expired lease"}}})
 	b.pop(40, 45, "g1", 1)
+	b.ack(50, 55, "g1", "completed", history.OK, 1)
 	b.final(100, 2, "d", "d", "d")
 	expect(t, check(t, b), 0, 0, 1, 0, 0, false)
 }
@@ -309,6 +321,7 @@ func TestPayloadMismatch(t *testing.T) {
 	b.push(0, 10, history.OK, 0)
 	b.add(history.Op{Kind: history.KindPop, Start: 20, End: 25, Outcome: history.OK, Queue: q, Group: "g1",
 		Items: []history.Item{{Partition: p, Seq: 0, Txn: txn(0), MsgID: msgID(0), DataSeq: 7}}})
+	b.ack(30, 35, "g1", "completed", history.OK, 0)
 	b.final(100, 1, "d", "d", "d")
 	expect(t, check(t, b), 0, 0, 0, 1, 0, false)
 }
@@ -317,6 +330,7 @@ func TestDivergence(t *testing.T) {
 	b := &h{}
 	b.push(0, 10, history.OK, 0)
 	b.pop(20, 25, "g1", 0)
+	b.ack(30, 35, "g1", "completed", history.OK, 0)
 	b.final(100, 1, "d", "d", "x")
 	res := check(t, b)
 	expect(t, res, 0, 0, 0, 0, 1, false)
@@ -341,6 +355,7 @@ func TestMissingFinalState(t *testing.T) {
 	b := &h{}
 	b.push(0, 10, history.OK, 0)
 	b.pop(20, 25, "g1", 0)
+	b.ack(30, 35, "g1", "completed", history.OK, 0)
 	res := check(t, b)
 	if res.OK || res.HaveFinalState {
 		t.Fatalf("a history without final state passed")
@@ -407,9 +422,10 @@ func TestConcurrentPopsAfterFailedAck(t *testing.T) {
 	b.pop(20, 500, "g1", 0)
 	b.pop(100, 200, "g1", 0)
 	b.ack(210, 220, "g1", "failed", history.OK, 0)
+	b.ack(600, 610, "g1", "completed", history.OK, 0)
 	b.final(7000, 1, "d", "d", "d")
 	expect(t, check(t, withLease(b)), 0, 0, 0, 0, 0, true)
 	// Without the failed ack, the two deliveries cannot both be right.
-	b.ops = slices.DeleteFunc(b.ops, func(op history.Op) bool { return op.Kind == history.KindAck })
+	b.ops = slices.DeleteFunc(b.ops, func(op history.Op) bool { return op.Kind == history.KindAck && op.Status == "failed" })
 	expect(t, check(t, withLease(b)), 0, 0, 1, 0, 0, false)
 }

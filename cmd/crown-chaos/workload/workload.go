@@ -115,6 +115,12 @@ type Workload struct {
 	pushedUpTo    map[string]int64 // "q/p" -> highest seq confirmed (contiguous), -1 none
 	completedUpTo map[string]int64 // "q/p/g" -> highest seq confirmed completed by g
 	dels          deletesState     // the deletion worker's confirmed work (deletes.go)
+	// inDoubt holds completed acks no attempt of which was answered: each
+	// may have applied, so the message is consumed and never comes again,
+	// yet nothing confirmed it. Drain re-sends them until answered (a
+	// re-ack of a consumed message answers success; of one whose lease
+	// ended, an item error, and the message comes again).
+	inDoubt []pendingAck
 }
 
 // New prepares a workload; Start runs it.
@@ -184,14 +190,26 @@ func (w *Workload) StopProducers(deadline time.Time) {
 	}
 }
 
+// pendingAck is a completed ack whose outcome is still unknown.
+type pendingAck struct {
+	proc, queue, group, why string
+	msgs                    []Message
+	acks                    []Ack
+}
+
 // Drain switches consumers to acknowledging everything and waits until
 // every group has completed every message whose push was confirmed, or
 // until timeout. It reports whether the drain completed and, if not, what
-// is missing.
+// is missing. Completed acks left in doubt are re-sent until answered:
+// one that applied consumed its messages, which no consumer sees again,
+// and only an answer moves the drain (and the checker) past them.
 func (w *Workload) Drain(timeout time.Duration) (bool, string) {
 	w.draining.Store(true)
 	deadline := time.Now().Add(timeout)
+	rng := rand.New(rand.NewPCG(w.cfg.Seed, 0))
+	np := &nodePicker{nodes: w.cfg.Nodes, rng: rng}
 	for {
+		w.resendInDoubt(np)
 		missing := w.missing()
 		if missing == "" {
 			return true, ""
@@ -201,6 +219,42 @@ func (w *Workload) Drain(timeout time.Duration) (bool, string) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// resendInDoubt sends each completed ack in doubt once more; those still
+// not answered stay in doubt.
+func (w *Workload) resendInDoubt(np *nodePicker) {
+	w.progressMu.Lock()
+	todo := w.inDoubt
+	w.inDoubt = nil
+	w.progressMu.Unlock()
+	var left []pendingAck
+	for _, p := range todo {
+		if w.covered(p) {
+			continue // a later completed ack answered success: nothing to learn
+		}
+		if w.ctx.Err() != nil || !w.ackOnce(p.proc, np, p.queue, p.group, "completed", p.why+"-resent", p.msgs, p.acks) {
+			np.failed()
+			left = append(left, p)
+		}
+	}
+	w.progressMu.Lock()
+	w.inDoubt = append(left, w.inDoubt...)
+	w.progressMu.Unlock()
+}
+
+// covered reports whether every message of p is at or below what its
+// group is known to have completed (acks are cumulative).
+func (w *Workload) covered(p pendingAck) bool {
+	w.progressMu.Lock()
+	defer w.progressMu.Unlock()
+	for _, m := range p.msgs[:len(p.acks)] {
+		seq, _ := history.ParseTxn(m.TransactionID)
+		if v, ok := w.completedUpTo[p.queue+"/"+m.Partition+"/"+p.group]; !ok || seq > v {
+			return false
+		}
+	}
+	return true
 }
 
 func (w *Workload) missing() string {
@@ -516,6 +570,11 @@ func (w *Workload) handle(proc string, np *nodePicker, queue, group string, msgs
 		}
 		np.failed()
 		w.sleep(time.Duration(100+rng.IntN(200))*time.Millisecond, nil)
+	}
+	if status == "completed" {
+		w.progressMu.Lock()
+		w.inDoubt = append(w.inDoubt, pendingAck{proc: proc, queue: queue, group: group, why: behaviourNames[b], msgs: msgs, acks: acks})
+		w.progressMu.Unlock()
 	}
 }
 
