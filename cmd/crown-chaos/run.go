@@ -343,7 +343,9 @@ func (r *runner) run(ctx context.Context) (rc int) {
 			r.logf("cleanup: %v", err)
 		}
 		if err := h.Close(); err != nil {
-			r.logf("history: %v", err)
+			// Records the writer dropped would leave the checker judging
+			// part of the run: a pass would prove nothing.
+			r.fail("history incomplete: %v", err)
 		}
 	}
 	defer cleanup()
