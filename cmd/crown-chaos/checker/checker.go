@@ -235,8 +235,9 @@ type Result struct {
 type Options struct {
 	// MaxExamples is how many violations of each kind are kept (default 20).
 	MaxExamples int
-	// RequireFinal fails a history without a final-state record (the
-	// runner's histories have one; hand-made test histories may not).
+	// RequireFinal fails a history without a final-state record, or
+	// without a confirmed push (the runner's histories have both;
+	// hand-made test histories may not).
 	RequireFinal bool
 }
 
@@ -418,8 +419,14 @@ func Check(ops []history.Op, opt Options) *Result {
 	if final == nil && opt.RequireFinal {
 		c.res.Notes = append(c.res.Notes, "the history has no final state: convergence was not checked")
 	}
+	// A run none of whose pushes was confirmed checked nothing: every
+	// loss, duplicate and reordering is judged against confirmed pushes.
+	checked := !opt.RequireFinal || c.res.Messages.Confirmed > 0
+	if !checked {
+		c.res.Notes = append(c.res.Notes, "no push was confirmed: nothing could be checked")
+	}
 	c.res.OK = c.res.Lost == 0 && c.res.Duplicated == 0 && c.res.Reordered == 0 && c.res.Unexpected == 0 &&
-		c.res.Divergence == 0 && (!opt.RequireFinal || (final != nil && c.res.Converged))
+		c.res.Divergence == 0 && (!opt.RequireFinal || (final != nil && c.res.Converged)) && checked
 	return c.res
 }
 

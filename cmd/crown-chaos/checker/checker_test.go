@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/crownmq/crown/cmd/crown-chaos/history"
@@ -428,4 +429,19 @@ func TestConcurrentPopsAfterFailedAck(t *testing.T) {
 	// Without the failed ack, the two deliveries cannot both be right.
 	b.ops = slices.DeleteFunc(b.ops, func(op history.Op) bool { return op.Kind == history.KindAck && op.Status == "failed" })
 	expect(t, check(t, withLease(b)), 0, 0, 1, 0, 0, false)
+}
+
+// A run none of whose pushes was confirmed (every push failed or went
+// unanswered) checked nothing: it fails with a note instead of passing.
+func TestNothingConfirmedFails(t *testing.T) {
+	b := &h{}
+	b.push(0, 10, history.Fail, 0)
+	b.final(50, 0, "d", "d", "d")
+	res := check(t, b)
+	if res.OK || !slices.ContainsFunc(res.Notes, func(n string) bool { return strings.Contains(n, "no push was confirmed") }) {
+		t.Fatalf("a run with no confirmed push: ok %v, notes %q; want a failure saying nothing was checked", res.OK, res.Notes)
+	}
+	if !Check(b.ops, Options{}).OK {
+		t.Fatal("a hand-made history without RequireFinal is judged on what it holds")
+	}
 }
