@@ -206,11 +206,14 @@ type Sweep struct {
 // ExpireLeases clears leases that expired more than Grace microseconds
 // before the entry's time, at most Max of them. Expired leases are already
 // treated as absent by pops; this removes their records so they stop
-// counting as processing and their index entries go away.
+// counting as processing and their index entries go away. It inspects the
+// lease index from the lease id From on (zero: from the oldest), so that
+// live leases older than the stale ones cannot hold the same window of
+// the index forever; the result says where the next one goes on.
 type ExpireLeases struct {
-	_msgpack struct{} `msgpack:",as_array"`
-	Grace    int64
-	Max      uint32
+	Grace int64
+	Max   uint32
+	From  [16]byte // encoded only when set (expire_codec.go)
 }
 
 func (*Configure) Type() Type    { return TypeConfigure }

@@ -127,14 +127,18 @@ func applySweep(a *applier, c *Sweep) any {
 	return res
 }
 
-// ExpireLeasesResult reports how many lease records a sweep cleared.
+// ExpireLeasesResult reports how many lease records a sweep cleared, and
+// the lease id the next sweep should inspect from (zero: the inspection
+// reached the end of the index, so the next starts over from the oldest).
 type ExpireLeasesResult struct {
 	Cleared uint64
 	More    bool
+	Next    [16]byte
 }
 
 // applyExpireLeases clears lease records whose expiry is at least Grace in
-// the past. Lease ids are time-ordered, so the oldest come first.
+// the past, inspecting the index from c.From on. Lease ids are
+// time-ordered, so the oldest come first.
 func applyExpireLeases(a *applier, c *ExpireLeases) any {
 	res := &ExpireLeasesResult{}
 	cutoff := a.now - c.Grace
@@ -145,7 +149,7 @@ func applyExpireLeases(a *applier, c *ExpireLeases) any {
 	}
 	var stale []holder
 	scanned := 0
-	must(a.tx.ForEachLease(func(lease [16]byte, pid uint64, group string, superseded int64) (bool, error) {
+	must(a.tx.ForEachLeaseFrom(c.From, func(lease [16]byte, pid uint64, group string, superseded int64) (bool, error) {
 		scanned++
 		g := must1(a.tx.Group(pid, group))
 		if leaseStale(g, lease, superseded, cutoff) {
@@ -158,6 +162,7 @@ func applyExpireLeases(a *applier, c *ExpireLeases) any {
 		// many leases stay live.
 		if uint32(len(stale)) == c.Max || scanned == int(c.Max)*8 {
 			res.More = len(stale) > 0
+			res.Next = afterLease(lease)
 			return false, nil
 		}
 		return true, nil
@@ -178,4 +183,18 @@ func applyExpireLeases(a *applier, c *ExpireLeases) any {
 		res.Cleared++
 	}
 	return res
+}
+
+// afterLease is the smallest lease id above id, where the next lease sweep
+// goes on: any entries of id itself not yet inspected wait for the next
+// pass over the index, so even one lease with more entries than a window
+// cannot hold the sweep in place. The largest id has none: zero, start over.
+func afterLease(id [16]byte) [16]byte {
+	for i := len(id) - 1; i >= 0; i-- {
+		id[i]++
+		if id[i] != 0 {
+			return id
+		}
+	}
+	return id
 }

@@ -111,25 +111,28 @@ func condemnedBy(cut sweepCutoffs, si segments.SegmentInfo, slowest uint64, grou
 	return -1
 }
 
-// LeasesDue reports whether an ExpireLeases{Grace: grace, Max: batch}
-// would clear or unindex a lease record: whether, among the index entries
-// the command inspects (the oldest batch*8), one is stale at now - grace.
-// It stops at the first stale entry; applyExpireLeases stops at batch
-// stale ones or batch*8 inspected, so it inspects at least as many.
+// LeasesDue reports whether an ExpireLeases{Grace: grace, Max: batch,
+// From: from} would clear or unindex a lease record: whether, among the
+// index entries the command inspects (batch*8 from from on), one is stale
+// at now - grace. It stops at the first stale entry; applyExpireLeases
+// stops at batch stale ones or batch*8 inspected, so it inspects at least
+// as many. When none is due, next is where the following window starts
+// (the command's own ExpireLeasesResult.Next), so the leader's timer moves
+// over the index without proposing anything.
 //
 // Monotonicity: a lease's staleness compares its expiry (or the expiry of
 // a superseded lease) with now - grace, which only grows; a record whose
 // holder no longer has it is stale at any time. The entries inspected do
 // not depend on time.
-func (f *FSM) LeasesDue(now, grace int64, batch uint32) (due bool, err error) {
-	if (&ExpireLeases{Grace: grace, Max: batch}).Validate() != nil {
-		return false, nil
+func (f *FSM) LeasesDue(now, grace int64, batch uint32, from [16]byte) (due bool, next [16]byte, err error) {
+	if (&ExpireLeases{Grace: grace, Max: batch, From: from}).Validate() != nil {
+		return false, [16]byte{}, nil
 	}
 	err = f.View(func(tx *segments.Tx) (err error) {
 		defer recoverStorage(&err)
 		cutoff := max(now, tx.Now()) - grace
 		scanned := 0
-		return tx.ForEachLease(func(lease [16]byte, pid uint64, group string, superseded int64) (bool, error) {
+		return tx.ForEachLeaseFrom(from, func(lease [16]byte, pid uint64, group string, superseded int64) (bool, error) {
 			scanned++
 			g, err := tx.Group(pid, group)
 			if err != nil {
@@ -139,10 +142,14 @@ func (f *FSM) LeasesDue(now, grace int64, batch uint32) (due bool, err error) {
 				due = true
 				return false, nil
 			}
-			return scanned < int(batch)*8, nil
+			if scanned == int(batch)*8 {
+				next = afterLease(lease)
+				return false, nil
+			}
+			return true, nil
 		})
 	})
-	return due, err
+	return due, next, err
 }
 
 // leaseStale is applyExpireLeases's (and LeasesDue's) test of one lease

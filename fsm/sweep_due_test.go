@@ -183,8 +183,11 @@ func (w *sweepTwin) probeOne() {
 		grace := []int64{0, 1e6, 10e6, 60e6}[g.pick(4)]
 		batch := uint32(1 + g.pick(2)) // inspects 8 or 16 index entries: fewer than the walk holds at times
 		boundary(w.leaseTimes(grace))
-		w.probe("leases", now, func(n int64) (bool, error) { return f.LeasesDue(n, grace, batch) },
-			&ExpireLeases{Grace: grace, Max: batch})
+		from := w.leaseFrom()
+		w.probe("leases", now, func(n int64) (bool, error) {
+			due, _, err := f.LeasesDue(n, grace, batch, from)
+			return due, err
+		}, &ExpireLeases{Grace: grace, Max: batch, From: from})
 	default:
 		w.probe("dedup", now, f.DeletedTxIDsDue, &ForgetDeletedTxIDs{Max: uint32(1 + g.pick(3))})
 	}
@@ -259,6 +262,26 @@ func (w *sweepTwin) leaseTimes(grace int64) []int64 {
 		})
 	})
 	return out
+}
+
+// leaseFrom is where a probed lease sweep starts: the index's start, an
+// entry's own id, or the id after it (as a previous sweep's Next is).
+func (w *sweepTwin) leaseFrom() [16]byte {
+	var ids [][16]byte
+	w.g.m.view(func(tx *segments.Tx) error {
+		return tx.ForEachLease(func(lease [16]byte, _ uint64, _ string, _ int64) (bool, error) {
+			ids = append(ids, lease)
+			return true, nil
+		})
+	})
+	if len(ids) == 0 || w.g.pick(3) == 0 {
+		return [16]byte{}
+	}
+	id := ids[w.g.pick(len(ids))]
+	if w.g.pick(2) == 0 {
+		return afterLease(id)
+	}
+	return id
 }
 
 // held pops ten partitions of a queue whose leases last an hour, each in a
@@ -453,7 +476,7 @@ func TestSweepDueIdleState(t *testing.T) {
 			}
 			out["ojs "+q] = d
 		}
-		d, err := f.LeasesDue(now, (5 * time.Minute).Microseconds(), 1000)
+		d, _, err := f.LeasesDue(now, (5 * time.Minute).Microseconds(), 1000, [16]byte{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -513,7 +536,7 @@ func TestSweepDueSupersededLeaseBoundary(t *testing.T) {
 		at  int64
 		due bool
 	}{{expiry + grace - 1, false}, {expiry + grace, true}} {
-		due, err := m.f.LeasesDue(c.at, grace, 1000)
+		due, _, err := m.f.LeasesDue(c.at, grace, 1000, [16]byte{})
 		if err != nil || due != c.due {
 			t.Fatalf("at the superseded lease's expiry + grace %+d µs: due %v (%v), want %v", c.at-expiry-grace, due, err, c.due)
 		}

@@ -135,8 +135,11 @@ func TestRunnerIdleClusterLogStaysStill(t *testing.T) {
 		"retention q": func() (bool, error) { return f.SweepDue("q", later) },
 		"ojs dl":      func() (bool, error) { return f.OJSSweepDue("dl", later) },
 		"ojs leaving": func() (bool, error) { return f.OJSSweepDue("leaving", later) },
-		"leases":      func() (bool, error) { return f.LeasesDue(later, (5 * time.Minute).Microseconds(), 1000) },
-		"dedup":       func() (bool, error) { return f.DeletedTxIDsDue(later) },
+		"leases": func() (bool, error) {
+			due, _, err := f.LeasesDue(later, (5 * time.Minute).Microseconds(), 1000, [16]byte{})
+			return due, err
+		},
+		"dedup": func() (bool, error) { return f.DeletedTxIDsDue(later) },
 	} {
 		if due, err := check(); err != nil || !due {
 			t.Fatalf("%s not due two hours on (%v)", name, err)

@@ -60,7 +60,7 @@ type DedupState interface {
 type DueState interface {
 	SweepDue(queue string, now int64) (bool, error)
 	OJSSweepDue(queue string, now int64) (bool, error)
-	LeasesDue(now, grace int64, batch uint32) (bool, error)
+	LeasesDue(now, grace int64, batch uint32, from [16]byte) (due bool, next [16]byte, err error)
 }
 
 // Config tunes the timers.
@@ -147,7 +147,8 @@ func (r *Runner) SetLeader(leader bool) {
 	r.log.Info("timers started (leader)", "retention_interval", r.cfg.RetentionInterval, "retention_batch", r.cfg.RetentionBatch)
 	r.wg.Add(2)
 	go r.every(ctx, r.cfg.RetentionInterval, r.sweepQueues)
-	go r.every(ctx, r.cfg.LeaseInterval, r.sweepLeases)
+	var leaseFrom [16]byte // this term's place in the lease index, used by one goroutine
+	go r.every(ctx, r.cfg.LeaseInterval, func(ctx context.Context) { r.sweepLeases(ctx, &leaseFrom) })
 	for _, name := range r.cfg.EnsureQueues {
 		r.wg.Add(1)
 		go r.ensureQueue(ctx, name)
@@ -281,21 +282,31 @@ func (r *Runner) sweepQueues(ctx context.Context) {
 	}
 }
 
-func (r *Runner) sweepLeases(ctx context.Context) {
+// sweepLeases proposes ExpireLeases from *from, the lease id where the
+// previous sweep (or check) of this leadership term stopped: each tick
+// moves one window over the lease index, so live leases older than the
+// stale ones cannot hold the sweep at the index's start.
+func (r *Runner) sweepLeases(ctx context.Context, from *[16]byte) {
+	grace, batch := r.cfg.LeaseGrace.Microseconds(), r.cfg.LeaseBatch
 	var check func(int64) (bool, error)
+	var next [16]byte
 	if ds, ok := r.state.(DueState); ok {
-		grace, batch := r.cfg.LeaseGrace.Microseconds(), r.cfg.LeaseBatch
-		check = func(now int64) (bool, error) { return ds.LeasesDue(now, grace, batch) }
+		check = func(now int64) (due bool, err error) {
+			due, next, err = ds.LeasesDue(now, grace, batch, *from)
+			return due, err
+		}
 	}
 	for ctx.Err() == nil {
 		if !r.due("leases", check) {
+			*from = next // nothing stale in this window: the next tick looks at the following one
 			return
 		}
-		res, ok := r.propose(ctx, &fsm.ExpireLeases{Grace: r.cfg.LeaseGrace.Microseconds(), Max: r.cfg.LeaseBatch})
+		res, ok := r.propose(ctx, &fsm.ExpireLeases{Grace: grace, Max: batch, From: *from})
 		if !ok {
 			return
 		}
 		er := res.(*fsm.ExpireLeasesResult)
+		*from = er.Next
 		r.m.sweeps.WithLabelValues("leases").Inc()
 		r.m.leases.Add(float64(er.Cleared))
 		if !er.More || er.Cleared == 0 {

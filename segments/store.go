@@ -1292,8 +1292,14 @@ func (t *Tx) LeaseHolders(lease [16]byte) (pids []uint64, groups []string) {
 // ids are time-ordered). superseded is the expiry of a lease kept by
 // SupersedeLease, 0 for one its holder still has.
 func (t *Tx) ForEachLease(fn func(lease [16]byte, pid uint64, group string, superseded int64) (bool, error)) error {
+	return t.ForEachLeaseFrom([16]byte{}, fn)
+}
+
+// ForEachLeaseFrom is ForEachLease from the first entry of lease id from
+// (or the first after it) on.
+func (t *Tx) ForEachLeaseFrom(from [16]byte, fn func(lease [16]byte, pid uint64, group string, superseded int64) (bool, error)) error {
 	c := t.bucket(bLeases).Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
+	for k, v := c.Seek(from[:]); k != nil; k, v = c.Next() {
 		if len(k) < 24 {
 			return fmt.Errorf("lease index key of %d bytes: %w", len(k), ErrCorrupt)
 		}
