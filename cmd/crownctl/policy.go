@@ -45,38 +45,15 @@ func configText(c map[string]map[string]any) string {
 }
 
 func policyList(ctx context.Context, e *env, _ []string) error {
-	// The server pages its listing (at most 200 a page): read every page,
-	// as queue list does.
-	var all []ojsPolicy
-	var raws []json.RawMessage
-	cursor := ""
-	for {
-		var page struct {
-			Policies   []json.RawMessage `json:"policies"`
-			Pagination struct {
-				HasMore bool   `json:"has_more"`
-				Next    string `json:"next_cursor"`
-			} `json:"pagination"`
+	raws, err := readPages(ctx, e, "/ojs/v1/queues/_policies", "policies")
+	if err != nil {
+		return err
+	}
+	all := make([]ojsPolicy, len(raws))
+	for i, r := range raws {
+		if err := json.Unmarshal(r, &all[i]); err != nil {
+			return fmt.Errorf("decode policy: %w", err)
 		}
-		path := "/ojs/v1/queues/_policies?limit=200"
-		if cursor != "" {
-			path += "&cursor=" + url.QueryEscape(cursor)
-		}
-		if _, err := e.client.Get(ctx, path, &page); err != nil {
-			return err
-		}
-		for _, r := range page.Policies {
-			var p ojsPolicy
-			if err := json.Unmarshal(r, &p); err != nil {
-				return fmt.Errorf("decode policy: %w", err)
-			}
-			all = append(all, p)
-			raws = append(raws, r)
-		}
-		if !page.Pagination.HasMore || page.Pagination.Next == "" || page.Pagination.Next == cursor {
-			break
-		}
-		cursor = page.Pagination.Next
 	}
 	var def struct {
 		Overrides map[string]map[string]any `json:"overrides"`

@@ -93,34 +93,15 @@ func queuePath(name string, rest ...string) string {
 }
 
 func queueList(ctx context.Context, e *env, _ []string) error {
-	var all []ojsQueue
-	var raws []json.RawMessage
-	cursor := ""
-	for {
-		var page struct {
-			Queues     []json.RawMessage `json:"queues"`
-			Pagination struct {
-				HasMore bool   `json:"has_more"`
-				Next    string `json:"next_cursor"`
-			} `json:"pagination"`
+	raws, err := readPages(ctx, e, "/ojs/v1/queues", "queues")
+	if err != nil {
+		return err
+	}
+	all := make([]ojsQueue, len(raws))
+	for i, r := range raws {
+		if err := json.Unmarshal(r, &all[i]); err != nil {
+			return fmt.Errorf("decode queue: %w", err)
 		}
-		path := "/ojs/v1/queues?limit=200"
-		if cursor != "" {
-			path += "&cursor=" + url.QueryEscape(cursor)
-		}
-		if _, err := e.client.Get(ctx, path, &page); err != nil {
-			return err
-		}
-		for _, r := range page.Queues {
-			var q ojsQueue
-			json.Unmarshal(r, &q)
-			all = append(all, q)
-			raws = append(raws, r)
-		}
-		if !page.Pagination.HasMore {
-			break
-		}
-		cursor = page.Pagination.Next
 	}
 	if e.json {
 		b, _ := json.Marshal(map[string]any{"queues": raws})
@@ -319,4 +300,39 @@ func queueStats(ctx context.Context, e *env, a []string) error {
 		fmt.Fprintf(tw, "%s:\t%v\n", k, v)
 	}
 	return tw.Flush()
+}
+
+// readPages reads every page of an OJS listing at path (the server pages
+// it, at most 200 a page) and returns the raw items of each page's member
+// array, in order. A cursor that does not move ends the walk rather than
+// repeating a page.
+func readPages(ctx context.Context, e *env, path, member string) ([]json.RawMessage, error) {
+	raws := []json.RawMessage{}
+	cursor := ""
+	for {
+		var page map[string]json.RawMessage
+		u := path + "?limit=200"
+		if cursor != "" {
+			u += "&cursor=" + url.QueryEscape(cursor)
+		}
+		if _, err := e.client.Get(ctx, u, &page); err != nil {
+			return nil, err
+		}
+		var items []json.RawMessage
+		var pg struct {
+			HasMore bool   `json:"has_more"`
+			Next    string `json:"next_cursor"`
+		}
+		if err := json.Unmarshal(page[member], &items); err != nil && page[member] != nil {
+			return nil, fmt.Errorf("decode %s page: %w", member, err)
+		}
+		if err := json.Unmarshal(page["pagination"], &pg); err != nil && page["pagination"] != nil {
+			return nil, fmt.Errorf("decode %s pagination: %w", member, err)
+		}
+		raws = append(raws, items...)
+		if !pg.HasMore || pg.Next == "" || pg.Next == cursor {
+			return raws, nil
+		}
+		cursor = pg.Next
+	}
 }
