@@ -776,27 +776,36 @@ func (a *applier) moveBacklog(q *segments.Queue, target string, idleOnly bool) u
 // graceful drain whose backlog reached zero.
 func (a *applier) maybeFinish(name string) bool {
 	q := must1(a.tx.Queue(name))
-	if q == nil || q.OJS == nil || q.OJS.State != segments.OJSDraining {
+	if q == nil || !drainDone(a.tx, q, a.now) {
 		return false
 	}
 	if d := q.OJS.Deletion; d != nil {
-		if n, _ := liveLeases(a.tx, q, a.now); n > 0 {
-			return false
-		}
 		a.finishDeletion(q, d.Strategy, d.Target)
 		return true
-	}
-	if q.Name == DefaultQueue {
-		return false // default always exists: a drain of it never ends in deletion
-	}
-	if depth, _ := queueDepth(a.tx, q, false); depth > 0 {
-		return false
 	}
 	must(a.tx.DeleteQueue(q))
 	a.countOJS(ojsDeleted)
 	a.events.touch(q.Name)
 	a.event(segments.QueueEvent{Type: "queue.deleted", Queue: q.Name, Reason: "drained"})
 	return true
+}
+
+// drainDone reports whether q's drain can end at now: a deletion once no
+// lease is live, a graceful drain once nothing is left (never for default,
+// which always exists). maybeFinish acts on it; OJSSweepDue asks it.
+func drainDone(tx *segments.Tx, q *segments.Queue, now int64) bool {
+	if q.OJS == nil || q.OJS.State != segments.OJSDraining {
+		return false
+	}
+	if q.OJS.Deletion != nil {
+		n, _ := liveLeases(tx, q, now)
+		return n == 0
+	}
+	if q.Name == DefaultQueue {
+		return false
+	}
+	depth, _ := queueDepth(tx, q, false)
+	return depth == 0
 }
 
 // ---- purge ----

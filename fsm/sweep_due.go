@@ -183,23 +183,15 @@ func (f *FSM) OJSSweepDue(queue string, now int64) (due bool, err error) {
 	return due, err
 }
 
-// ojsSweepDue may panic on a storage error (liveLeases and queueDepth use
-// must); OJSSweepDue recovers.
+// ojsSweepDue may panic on a storage error (drainDone's reads use must);
+// OJSSweepDue recovers.
 func ojsSweepDue(tx *segments.Tx, queue string, now int64) (bool, error) {
 	q, err := tx.Queue(queue)
 	if err != nil || q == nil || q.OJS == nil {
 		return false, err
 	}
-	if s := q.OJS; s.State == segments.OJSDraining {
-		if s.Deletion != nil {
-			if n, _ := liveLeases(tx, q, now); n == 0 {
-				return true, nil
-			}
-		} else if q.Name != DefaultQueue {
-			if depth, _ := queueDepth(tx, q, false); depth == 0 {
-				return true, nil
-			}
-		}
+	if drainDone(tx, q, now) {
+		return true, nil
 	}
 	l := q.OJS.Limits
 	if l.DLQMaxAge > 0 {

@@ -11,8 +11,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -1196,7 +1198,15 @@ func TestHTTPPrometheus(t *testing.T) {
 	// The process figures are measured, not placeholders: a running
 	// server holds memory and has used CPU (Node's process.cpuUsage(), in
 	// microseconds, is what Queen reports).
-	if rss := asInt(t, asObj(t, m["memory"])["rss"]); rss <= 0 {
+	// The server runs in this process: its rss is this process's resident
+	// size, read by the kernel around the request (not the Go runtime's
+	// reserved memory, which it reported before).
+	rss := asInt(t, asObj(t, m["memory"])["rss"])
+	if kernel, ok := statmResident(t); ok {
+		if float64(rss) < 0.8*float64(kernel) || float64(rss) > 1.25*float64(kernel) {
+			t.Errorf("/metrics memory.rss %d, want about the kernel's resident size %d", rss, kernel)
+		}
+	} else if rss <= 0 {
 		t.Errorf("/metrics memory.rss %d, want the resident size", rss)
 	}
 	if cpu := asObj(t, m["cpu"]); asInt(t, cpu["user"])+asInt(t, cpu["system"]) <= 0 {
@@ -1370,4 +1380,23 @@ func TestHTTPPrometheusServesAroundABrokenMetric(t *testing.T) {
 	if strings.Contains(text, "library_broken") {
 		t.Errorf("the broken metric was served:\n%s", grepLines(text, "library_broken"))
 	}
+}
+
+// statmResident is this process's resident size from /proc/self/statm
+// (false where there is no /proc).
+func statmResident(t *testing.T) (int64, bool) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		t.Fatalf("/proc/self/statm: %q", b)
+	}
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pages * int64(os.Getpagesize()), true
 }

@@ -386,23 +386,17 @@ func (f *forwarder) send(req *http.Request, cancel context.CancelFunc) (*http.Re
 		cancel()
 		return nil, errors.New("the leader changed before the request was sent")
 	}
-	if req.Context().Value(leaderChangeExpected{}) != nil {
-		// The request's own effect is a new leader (a transfer): the
-		// old leader answers once it has happened, so the change is no
-		// reason to give up on that answer.
-		resp, err := f.client.Do(req)
-		if err != nil {
-			cancel()
-			return nil, err
-		}
-		resp.Body = &finishingBody{ReadCloser: resp.Body, finish: sync.OnceFunc(cancel)}
-		return resp, nil
-	}
 	var abandoned atomic.Bool
-	stop := context.AfterFunc(view, func() {
-		abandoned.Store(true)
-		cancel()
-	})
+	stop := func() bool { return false }
+	// A request whose own effect is a new leader (a transfer) is not
+	// watched: the old leader answers once the change has happened, so the
+	// change is no reason to give up on that answer.
+	if req.Context().Value(leaderChangeExpected{}) == nil {
+		stop = context.AfterFunc(view, func() {
+			abandoned.Store(true)
+			cancel()
+		})
+	}
 	finish := sync.OnceFunc(func() { stop(); cancel() })
 	resp, err := f.client.Do(req)
 	if err != nil {
