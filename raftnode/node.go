@@ -55,13 +55,15 @@ type Config struct {
 	// applied since the last (checked every SnapshotLogCheck, default 1 s),
 	// or SnapshotThreshold entries (default 65536, checked every
 	// SnapshotInterval) for floods of tiny entries, keeping TrailingLogs
-	// (default 16384) entries so a briefly stopped node catches up from the
-	// log rather than a full snapshot. See snappolicy.go.
+	// (default 16384) entries, but no more than TrailingLogBytes (default
+	// 256 MiB) of them, so a briefly stopped node catches up from the log
+	// rather than a full snapshot. See snappolicy.go and trailing.go.
 	SnapshotLogBytes  uint64
 	SnapshotLogCheck  time.Duration
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration // default 30 s
 	TrailingLogs      uint64
+	TrailingLogBytes  uint64
 	MaxAppendEntries  int // default 256
 
 	Proposer ProposerConfig
@@ -89,6 +91,9 @@ func (c *Config) defaults() {
 	}
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = 16384
+	}
+	if c.TrailingLogBytes == 0 {
+		c.TrailingLogBytes = 256 << 20
 	}
 	if c.MaxAppendEntries == 0 {
 		c.MaxAppendEntries = 256
@@ -226,7 +231,7 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	}
 	cleanup = append(cleanup, func() { trans.Close() })
 
-	n := &Node{cfg: cfg, log: log, fsm: f, counted: &logBytesFSM{FSM: f}, transport: trans, logStore: store, logs: logs,
+	n := &Node{cfg: cfg, log: log, fsm: f, counted: &logBytesFSM{FSM: f, sizes: newEntrySizes(cfg.TrailingLogs)}, transport: trans, logStore: store, logs: logs,
 		notifyCh: make(chan bool, 16), obsCh: make(chan raft.Observation, 64), joinCh: make(chan leadershipJoin),
 		stopped: make(chan struct{})}
 	n.leaderView, n.endLeaderView = context.WithCancel(context.Background())

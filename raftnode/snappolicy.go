@@ -36,10 +36,12 @@ type logBytesFSM struct {
 	// this process started; until then the node's first threshold is
 	// staggered (firstSnapshotAt).
 	snapshotted atomic.Bool
+	sizes       *entrySizes // the newest entries' sizes, for the trailing log's bound
 }
 
 func (c *logBytesFSM) Apply(l *raft.Log) any {
 	c.applied.Add(uint64(len(l.Data)))
+	c.sizes.add(l)
 	return c.FSM.Apply(l)
 }
 
@@ -49,6 +51,7 @@ func (c *logBytesFSM) ApplyBatch(logs []*raft.Log) []any {
 		n += uint64(len(l.Data))
 	}
 	c.applied.Add(n)
+	c.sizes.add(logs...)
 	return c.FSM.ApplyBatch(logs)
 }
 
@@ -163,6 +166,7 @@ func (n *Node) snapshotOnLogBytes() {
 			return
 		case <-tick.C:
 		}
+		n.boundTrailingLog()
 		pending := n.counted.sinceSnapshot()
 		limit := n.cfg.SnapshotLogBytes
 		if !n.counted.snapshotted.Load() {
@@ -190,5 +194,22 @@ func (n *Node) snapshotOnLogBytes() {
 			case <-time.After(n.cfg.SnapshotInterval):
 			}
 		}
+	}
+}
+
+// boundTrailingLog sets how many entries Raft keeps after its next
+// snapshot, ours or its own: TrailingLogs, fewer when the newest of them
+// add up to more than TrailingLogBytes (trailing.go). Raft reads the
+// setting when it compacts, so it is kept current on every check rather
+// than only before the snapshots this goroutine asks for.
+func (n *Node) boundTrailingLog() {
+	want := n.counted.sizes.trailingFor(n.cfg.TrailingLogBytes, n.cfg.TrailingLogs)
+	rc := n.raft.ReloadableConfig()
+	if rc.TrailingLogs == want {
+		return
+	}
+	rc.TrailingLogs = want
+	if err := n.raft.ReloadConfig(rc); err != nil {
+		n.log.Warn("cannot bound the trailing log", "trailing_logs", want, "err", err)
 	}
 }

@@ -72,6 +72,7 @@ func TestNonPositiveValuesRefused(t *testing.T) {
 		{"--raft-snapshot-log-bytes", "0"},
 		{"--raft-snapshot-threshold", "0"},
 		{"--raft-trailing-logs", "0"},
+		{"--raft-trailing-log-bytes", "0"},
 		{"--commit-inflight", "0"},
 		{"--commit-inflight", "-5"},
 		{"--fsm-writeback", "-1s"},

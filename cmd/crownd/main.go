@@ -105,6 +105,7 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	fs.Uint64Var(&c.Raft.SnapshotLogBytes, "raft-snapshot-log-bytes", 256<<20, "take a snapshot once this many bytes of log were applied since the last one")
 	fs.Uint64Var(&c.Raft.SnapshotThreshold, "raft-snapshot-threshold", 65536, "take a snapshot once this many log entries were applied since the last one, whatever their size (checked every 30 s)")
 	fs.Uint64Var(&c.Raft.TrailingLogs, "raft-trailing-logs", 16384, "log entries kept after a snapshot so a restarted node catches up from the log")
+	fs.Uint64Var(&c.Raft.TrailingLogBytes, "raft-trailing-log-bytes", 256<<20, "at most this many bytes of those entries: fewer are kept when the newest are large (one at least)")
 	fs.IntVar(&c.Raft.Proposer.MaxInflight, "commit-inflight", 1, "group commit: log entries in flight at once; requests arriving meanwhile share the next entry")
 	fs.DurationVar(&c.Raft.Proposer.Linger, "commit-linger", time.Millisecond, "group commit: how long an under-full entry may wait for more requests while the node is busy (negative: never)")
 	// The usage answers --help on stdout (exit 0) and follows a bad
@@ -253,6 +254,7 @@ func (c *config) checkRanges() error {
 		{"--raft-snapshot-log-bytes", c.Raft.SnapshotLogBytes},
 		{"--raft-snapshot-threshold", c.Raft.SnapshotThreshold},
 		{"--raft-trailing-logs", c.Raft.TrailingLogs},
+		{"--raft-trailing-log-bytes", c.Raft.TrailingLogBytes},
 	} {
 		if n.v == 0 {
 			return fmt.Errorf("%s must be at least 1", n.flag)
