@@ -258,6 +258,7 @@ type message struct {
 type delivery struct {
 	op         int64
 	start, end int64
+	lease      string
 	items      []history.Item
 }
 
@@ -265,6 +266,7 @@ type ackItem struct {
 	op         int64
 	start, end int64
 	seq        int64
+	lease      string
 	state      int // ackSuccess, ackUnknown
 }
 
@@ -528,7 +530,7 @@ func (c *checker) ack(op *history.Op) {
 			c.res.Completions++
 		}
 		k := pgKey{op.Queue, it.Partition, op.Group}
-		c.acks[k] = append(c.acks[k], ackItem{op: op.ID, start: op.Start, end: op.End, seq: it.Seq, state: st})
+		c.acks[k] = append(c.acks[k], ackItem{op: op.ID, start: op.Start, end: op.End, seq: it.Seq, lease: op.Lease, state: st})
 	}
 }
 
@@ -558,7 +560,7 @@ func (c *checker) pop(op *history.Op) {
 			continue
 		}
 		if cur == nil || k != curKey {
-			cur = &delivery{op: op.ID, start: op.Start, end: op.End}
+			cur = &delivery{op: op.ID, start: op.Start, end: op.End, lease: op.Lease}
 			curKey = k
 			c.dels[k] = append(c.dels[k], cur)
 		}
@@ -609,6 +611,21 @@ func (c *checker) justified(x, y *delivery, releases [][2]int64) bool {
 	return slices.ContainsFunc(releases, func(r [2]int64) bool { return r[0] >= x.start && r[0] <= y.end })
 }
 
+// expiredInFlight reports whether pop d's lease can have ended before the
+// lease of success ack a was taken: a pop answered under a's lease (of
+// this partition, which one lease holds at a time per group) came back at
+// least the lease time after d was sent. d's lease started no earlier than
+// d was sent, and only its expiry can end it while d's consumer has not
+// heard of it.
+func (c *checker) expiredInFlight(d *delivery, a ackItem, byLease map[string][]*delivery) bool {
+	if c.lease == 0 || a.lease == "" {
+		return false
+	}
+	return slices.ContainsFunc(byLease[a.lease], func(q *delivery) bool {
+		return q != d && q.end-d.start >= c.lease-leaseSlack
+	})
+}
+
 // leaseSlack allows for the clock readings around a lease: crownd stamps a
 // pop after the request was sent and checks expiry before answering.
 const leaseSlack = 250 * int64(time.Millisecond)
@@ -640,6 +657,12 @@ func (c *checker) order(k pgKey) {
 			possMax[i] = max(possMax[i-1], a.seq)
 		}
 	}
+	byLease := map[string][]*delivery{}
+	for _, d := range dels {
+		if d.lease != "" {
+			byLease[d.lease] = append(byLease[d.lease], d)
+		}
+	}
 	var highest int64 = -1
 	delivered := map[int64][]*delivery{}
 	releases := c.releases[k]
@@ -658,10 +681,14 @@ func (c *checker) order(k pgKey) {
 		// pop delivered a completed message; applied before it, the pop
 		// leased a message the ack's lease still held (its ack succeeded)
 		// or that was already consumed. Either way m <= S is a violation,
-		// whatever the lease time.
+		// unless the pop's lease can have expired before the ack's lease
+		// was taken (expiredInFlight): then the pop was applied first and
+		// its answer reached the client late, after its lease had ended
+		// (a relaying node paused while holding the answer), and its
+		// consumer's ack will be refused: at-least-once, not a duplicate.
 		S, sOp, sEnd := int64(-1), int64(0), int64(0)
 		for j := sort.Search(len(byEnd), func(i int) bool { return byEnd[i].end >= d.start }); j < len(byEnd) && byEnd[j].end <= d.end; j++ {
-			if byEnd[j].seq > S {
+			if byEnd[j].seq > S && !c.expiredInFlight(d, byEnd[j], byLease) {
 				S, sOp, sEnd = byEnd[j].seq, byEnd[j].op, byEnd[j].end
 			}
 		}

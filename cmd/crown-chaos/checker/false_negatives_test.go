@@ -158,6 +158,43 @@ func TestPopSpanningCompletedAck(t *testing.T) {
 	})
 }
 
+// A pop whose answer reached its client later than its lease lasted (the
+// relaying follower was paused holding it, chaos seed 2065) can have been
+// applied first: its lease expired, another pop leased the partition and
+// its consumer completed the message, and only then did the late answer
+// arrive. That is a redelivery under an ended lease, not a duplicate; the
+// same completion under a lease taken before the first could have
+// expired still is one.
+func TestPopAnsweredAfterItsLeaseExpired(t *testing.T) {
+	build := func(otherT0, otherT1 int64) *h {
+		b := &h{}
+		b.push(0, 10, history.OK, 0)
+		b.pop(500, 8000, "g1", 0) // consumer A: sent at 0.5 s, its answer held until 8 s
+		b.ops[len(b.ops)-1].Lease = "LA"
+		b.pop(otherT0, otherT1, "g1", 0) // consumer B
+		b.ops[len(b.ops)-1].Lease = "LB"
+		b.ack(otherT1+100, otherT1+200, "g1", "completed", history.OK, 0)
+		b.ops[len(b.ops)-1].Lease = "LB"
+		b.ack(8100, 8200, "g1", "completed", history.OK, 0) // A's ack, refused: its lease ended
+		b.ops[len(b.ops)-1].Lease = "LA"
+		for j := range b.ops[len(b.ops)-1].Items {
+			b.ops[len(b.ops)-1].Items[j].Success, b.ops[len(b.ops)-1].Items[j].Status = false, "Invalid or expired lease"
+		}
+		b.final(9000, 1, "d", "d", "d")
+		return b
+	}
+	t.Run("B-after-A's-lease-time", func(t *testing.T) {
+		expect(t, check(t, withLease(build(5600, 5700))), 0, 0, 0, 0, 0, true)
+	})
+	t.Run("B-within-A's-lease-time", func(t *testing.T) {
+		res := check(t, withLease(build(1000, 1100)))
+		expect(t, res, 0, 1, 0, 0, 0, false)
+		if v := res.Violations[0]; v.Kind != KindDupDelivery || v.Seq != 0 {
+			t.Fatalf("violation %+v", v)
+		}
+	})
+}
+
 // Every group of the run reads every queue a producer pushed to, whether
 // or not the meta record lists that queue: a queue the meta forgot must not
 // escape the loss check.
