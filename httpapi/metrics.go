@@ -204,6 +204,7 @@ type clusterCollector struct {
 	s                                            *Server
 	counters                                     []*prometheus.Desc // in counterNames order
 	ack, applied, commit, leader, term, logBytes *prometheus.Desc
+	firstIndex, trailingLogs, logFileBytes       *prometheus.Desc
 	entries, commands, lingered                  *prometheus.Desc
 	dlqDepth, dlqByQueue                         *prometheus.Desc
 }
@@ -226,6 +227,10 @@ func newClusterCollector(s *Server) *clusterCollector {
 		term:    prometheus.NewDesc("crown_raft_term", "Current Raft term on this node.", nil, nil),
 		logBytes: prometheus.NewDesc("crown_raft_log_bytes_since_snapshot",
 			"Bytes of log entries this node applied that no snapshot holds yet; a snapshot is taken at --raft-snapshot-log-bytes.", nil, nil),
+		firstIndex: prometheus.NewDesc("crown_raft_first_index", "Oldest Raft index this node's log still holds; older entries are in its snapshot.", nil, nil),
+		trailingLogs: prometheus.NewDesc("crown_raft_trailing_logs",
+			"Log entries the next snapshot leaves behind: --raft-trailing-logs, fewer when the newest exceed --raft-trailing-log-bytes.", nil, nil),
+		logFileBytes: prometheus.NewDesc("crown_raft_log_file_bytes", "Size of this node's Raft log file (raft.db) on disk.", nil, nil),
 		entries: prometheus.NewDesc("crown_commit_entries_total",
 			"Raft log entries this node proposed as leader (group commit: many requests per entry).", nil, nil),
 		commands: prometheus.NewDesc("crown_commit_commands_total",
@@ -246,8 +251,8 @@ func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.counters {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{c.ack, c.applied, c.commit, c.leader, c.term, c.logBytes, c.entries, c.commands,
-		c.lingered, c.dlqDepth, c.dlqByQueue} {
+	for _, d := range []*prometheus.Desc{c.ack, c.applied, c.commit, c.leader, c.term, c.logBytes, c.firstIndex, c.trailingLogs,
+		c.logFileBytes, c.entries, c.commands, c.lingered, c.dlqDepth, c.dlqByQueue} {
 		ch <- d
 	}
 }
@@ -280,6 +285,10 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.leader, prometheus.GaugeValue, leader)
 	ch <- prometheus.MustNewConstMetric(c.term, prometheus.GaugeValue, float64(st.Term))
 	ch <- prometheus.MustNewConstMetric(c.logBytes, prometheus.GaugeValue, float64(st.LogBytesSinceSnapshot))
+	ls := c.s.cluster.LogStorage()
+	ch <- prometheus.MustNewConstMetric(c.firstIndex, prometheus.GaugeValue, float64(ls.FirstIndex))
+	ch <- prometheus.MustNewConstMetric(c.trailingLogs, prometheus.GaugeValue, float64(ls.TrailingLogs))
+	ch <- prometheus.MustNewConstMetric(c.logFileBytes, prometheus.GaugeValue, float64(ls.FileBytes))
 	ch <- prometheus.MustNewConstMetric(c.entries, prometheus.CounterValue, float64(st.ProposedEntries))
 	ch <- prometheus.MustNewConstMetric(c.commands, prometheus.CounterValue, float64(st.ProposedCommands))
 	ch <- prometheus.MustNewConstMetric(c.lingered, prometheus.CounterValue, float64(st.Lingered))

@@ -33,6 +33,7 @@ type Cluster interface {
 	WaitLeader(ctx context.Context) (id, addr string, err error)
 	LeaderView() context.Context
 	Status() raftnode.Status
+	LogStorage() raftnode.LogStorage
 	ReadIndex() (uint64, error)
 	WaitApplied(ctx context.Context, index uint64) error
 	Barrier(ctx context.Context) error

@@ -116,6 +116,7 @@ type Node struct {
 	counted   *logBytesFSM // fsm as Raft sees it
 	transport *raft.NetworkTransport
 	logStore  *raftboltdb.BoltStore
+	logPath   string        // logStore's file
 	logs      raft.LogStore // the log as Raft reads it: its cache in front of logStore
 	proposer  *Proposer
 
@@ -195,7 +196,8 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create raft directory: %w", err)
 	}
-	store, err := openLogStore(filepath.Join(dir, "raft.db"))
+	logPath := filepath.Join(dir, "raft.db")
+	store, err := openLogStore(logPath)
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +233,7 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	}
 	cleanup = append(cleanup, func() { trans.Close() })
 
-	n := &Node{cfg: cfg, log: log, fsm: f, counted: &logBytesFSM{FSM: f, sizes: newEntrySizes(cfg.TrailingLogs)}, transport: trans, logStore: store, logs: logs,
+	n := &Node{cfg: cfg, log: log, fsm: f, counted: &logBytesFSM{FSM: f, sizes: newEntrySizes(cfg.TrailingLogs)}, transport: trans, logStore: store, logPath: logPath, logs: logs,
 		notifyCh: make(chan bool, 16), obsCh: make(chan raft.Observation, 64), joinCh: make(chan leadershipJoin),
 		stopped: make(chan struct{})}
 	n.leaderView, n.endLeaderView = context.WithCancel(context.Background())
@@ -439,6 +441,27 @@ func (n *Node) Status() Status {
 		ProposedCommands:      n.proposer.stats.Commands.Load(),
 		Lingered:              n.proposer.stats.Lingered.Load(),
 	}
+}
+
+// LogStorage is how much log a node keeps.
+type LogStorage struct {
+	// FirstIndex is the oldest entry the log holds (0 when unreadable),
+	// TrailingLogs how many entries the next compaction keeps
+	// (trailing.go), and FileBytes the size of the log's file on disk:
+	// bbolt's file only grows, reusing the pages compaction frees.
+	FirstIndex, TrailingLogs, FileBytes uint64
+}
+
+// LogStorage reads the log's extent. It opens a read transaction and
+// stats the file, so it is for scrapes, not for request paths.
+func (n *Node) LogStorage() LogStorage {
+	var ls LogStorage
+	ls.FirstIndex, _ = n.logStore.FirstIndex()
+	ls.TrailingLogs = n.raft.ReloadableConfig().TrailingLogs
+	if fi, err := os.Stat(n.logPath); err == nil {
+		ls.FileBytes = uint64(fi.Size())
+	}
+	return ls
 }
 
 // WaitLeader blocks until a leader is known or ctx ends.

@@ -93,8 +93,15 @@ func TestSnapshotLeavesTrailingLogBoundedInBytes(t *testing.T) {
 	if kept > 64<<10 {
 		t.Fatalf("the log keeps %d..%d of a snapshot at %d: %d bytes, over the 64 KiB bound", first, snapIdx, snapIdx, kept)
 	}
-	if got := n.node.raft.ReloadableConfig().TrailingLogs; got < 6 || got > 8 {
-		t.Fatalf("Raft keeps %d trailing entries; want the 7 or so newest 8 KiB entries within 64 KiB", got)
+	ls := n.node.LogStorage()
+	if ls.TrailingLogs < 6 || ls.TrailingLogs > 8 {
+		t.Fatalf("Raft keeps %d trailing entries; want the 7 or so newest 8 KiB entries within 64 KiB", ls.TrailingLogs)
+	}
+	if ls.FirstIndex != first {
+		t.Fatalf("LogStorage reports first index %d, the log store %d", ls.FirstIndex, first)
+	}
+	if ls.FileBytes < 320<<10 {
+		t.Fatalf("LogStorage reports a %d-byte log file after 320 KiB of entries", ls.FileBytes)
 	}
 }
 

@@ -73,7 +73,8 @@ func TestRaftMetricsOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	own := []string{"crown_raft_applied_index", "crown_raft_commit_index", "crown_raft_leader", "crown_raft_log_bytes_since_snapshot", "crown_raft_term"}
+	own := []string{"crown_raft_applied_index", "crown_raft_commit_index", "crown_raft_leader", "crown_raft_log_bytes_since_snapshot", "crown_raft_term",
+		"crown_raft_first_index", "crown_raft_trailing_logs", "crown_raft_log_file_bytes"}
 	if _, ok := m["crown_raft_term"]; !ok {
 		t.Fatal("crown_raft_term missing: the scrape did not read the node's own metrics")
 	}
@@ -89,5 +90,38 @@ func TestRaftMetricsOff(t *testing.T) {
 		if !found {
 			t.Errorf("%s exported with --raft-metrics=false", k)
 		}
+	}
+}
+
+// --raft-trailing-log-bytes reaches Raft: with 8 KiB entries and a 32 KiB
+// budget, a snapshot leaves a handful of entries, not --raft-trailing-logs
+// of them, and the metrics show the log's extent moving.
+func TestTrailingLogBytesCompactTheLog(t *testing.T) {
+	c := tc.Start(t, 1, tc.WithArgs("--raft-snapshot-log-bytes", "131072", "--raft-trailing-log-bytes", "32768"))
+	n := c.Leader()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pad := strings.Repeat("x", 8<<10)
+	for i := range 40 {
+		if _, err := n.Client().Push(ctx, []tc.PushItem{{Queue: "trailing", Payload: pad, TransactionID: fmt.Sprintf("t%d", i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		m, err := timersMetrics(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		trailing, first, file := m["crown_raft_trailing_logs"], m["crown_raft_first_index"], m["crown_raft_log_file_bytes"]
+		if trailing >= 1 && trailing <= 4 && first > 1 && file >= 320<<10 {
+			t.Logf("trailing %v entries, first index %v, log file %v bytes", trailing, first, file)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 320 KiB of pushes: crown_raft_trailing_logs %v (want 1-4 of 8 KiB within 32 KiB), crown_raft_first_index %v (want > 1), crown_raft_log_file_bytes %v",
+				trailing, first, file)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
