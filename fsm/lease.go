@@ -204,8 +204,12 @@ type eligibility struct {
 	start   uint64
 	visible int64  // messages created at or before this time are visible
 	before  uint64 // when non-zero, offsets from here on are held by windowBuffer
-	ok      bool   // worth scanning: not leased, not held, something after start
-	wakeAt  int64  // when not ok: unix µs at which to look again, 0 if only a push helps
+	// heldUntil is when the windowBuffer hold on the offsets from before
+	// ends: what to wake at when nothing before them is deliverable (the
+	// messages between start and before may all have been deleted).
+	heldUntil int64
+	ok        bool  // worth scanning: not leased, not held, something after start
+	wakeAt    int64 // when not ok: unix µs at which to look again, 0 if only a push helps
 }
 
 // deliverable counts up to want messages a pop could take from the
@@ -258,7 +262,7 @@ func checkPartition(tx *segments.Tx, q *segments.Queue, part *segments.Partition
 		}
 		// Only the current burst is held: what an ended burst collected
 		// still delivers, up to the held tail.
-		e.before = from
+		e.before, e.heldUntil = from, until
 	}
 	e.visible = now - Micros(q.Options.DelayedProcessing)
 	e.ok = true

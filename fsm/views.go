@@ -108,8 +108,13 @@ func (f *FSM) CheckPopAs(c *Lease, principal string, now int64, count bool) (Pop
 					room--
 				}
 			}
-			if delayedAt != 0 {
+			switch {
+			case delayedAt != 0:
 				wake(delayedAt + Micros(q.Options.DelayedProcessing))
+			case n == 0 && e.before != 0:
+				// Nothing stored before the held burst: it is what
+				// becomes deliverable next, when its window ends.
+				wake(e.heldUntil)
 			}
 			return pc.Deliverable < limit() && parts < maxParts
 		}
