@@ -165,11 +165,14 @@ func (a *applier) streamAck(c *StreamCycle) (*StreamAckResult, string) {
 		return nil, r.Error
 	}
 	out := &StreamAckResult{LeaseReleased: r.LeaseReleased, DLQ: r.DLQ}
-	if g := t.cur.g; c.ReleaseLease && it.Status == AckCompleted && g != nil && g.LeaseLive(a.now) &&
-		(!it.HasLease || g.LeaseID == it.LeaseID) {
+	ends := it.Status == AckDLQ || (c.ReleaseLease && it.Status == AckCompleted)
+	if g := t.cur.g; ends && g != nil && g.LeaseLive(a.now) && (!it.HasLease || g.LeaseID == it.LeaseID) {
 		// Only the lease the ack was made under (or, without a lease id,
 		// whichever is live) ends: a re-ack of a consumed message must not
-		// take another consumer's lease away.
+		// take another consumer's lease away. A dlq ends it whatever
+		// release_lease says (3.18); the apply above already did unless
+		// the message was consumed before, which makes the dead-letter a
+		// no-op but not the lease's end.
 		s.release(t.cur)
 		out.LeaseReleased = true
 	}

@@ -577,3 +577,33 @@ func TestStreamCycleStaleLeaseFailsWhole(t *testing.T) {
 		t.Fatalf("dead letters %+v", dl)
 	}
 }
+
+// A cycle's failed or dlq ack ends the lease it was made under (queen-api.md
+// 3.18), also when its message was consumed already: the dead-letter is a
+// no-op then, the lease's end is not, and the rest of the batch comes back.
+func TestStreamCycleDLQOfConsumedMessageEndsTheLease(t *testing.T) {
+	for _, status := range []uint8{AckFailed, AckDLQ} {
+		m := newMachine(t)
+		id, part := streamSetup(m, "t1", "t2", "t3")
+		lr := m.mustPop(Lease{Queue: "orders", Group: "g", Batch: 3})
+		c := m.cycle(StreamCycle{QueryID: id, PartitionID: part, Group: "g", HasAck: true,
+			Ack: AckItem{TxID: "t1", LeaseID: lr.LeaseID, HasLease: true, Status: AckCompleted}})
+		if !c.Success || c.Ack.LeaseReleased {
+			t.Fatalf("status %d: partial ack %+v", status, c)
+		}
+		c = m.cycle(StreamCycle{QueryID: id, PartitionID: part, Group: "g", HasAck: true,
+			Ack: AckItem{TxID: "t1", LeaseID: lr.LeaseID, HasLease: true, Status: status}})
+		if !c.Success || !c.Ack.LeaseReleased || c.Ack.DLQ {
+			t.Fatalf("status %d: dlq of a consumed message %+v", status, c.Ack)
+		}
+		if g := m.group("orders", "p", "g"); g.HasLease() || g.Next != 2 {
+			t.Errorf("status %d: group %+v", status, g)
+		}
+		if dl := m.deadLetters("orders"); len(dl) != 0 {
+			t.Errorf("status %d: dead letters %+v", status, dl)
+		}
+		if got := txids(m.mustPop(Lease{Queue: "orders", Group: "g", Batch: 3})); !reflect.DeepEqual(got, []string{"t2", "t3"}) {
+			t.Errorf("status %d: after the lease ended %v", status, got)
+		}
+	}
+}
