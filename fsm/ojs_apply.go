@@ -626,7 +626,8 @@ func applyOJSDeleteQueue(a *applier, c *OJSDeleteQueue) any {
 			return conflict("queue_deleting", q, "queue %s is already being deleted with strategy %s", c.Name, StrategyName(d.Strategy))
 		}
 		depth, _ := queueDepth(a.tx, q, false)
-		return &OJSResult{Queue: copyQueue(q), Pending: true, Affected: depth}
+		e := effective(a.tx, q)
+		return &OJSResult{Queue: copyQueue(q), Pending: true, Affected: depth, Config: &e}
 	}
 	depth, _ := queueDepth(a.tx, q, false)
 	if c.Strategy == segments.DeleteReject && depth > 0 {
@@ -693,7 +694,11 @@ func applyOJSDeleteQueue(a *applier, c *OJSDeleteQueue) any {
 		must(a.tx.PutQueue(q))
 		a.events.touch(q.Name)
 		a.event(segments.QueueEvent{Type: "queue.draining", Queue: q.Name, Reason: "deleting", Strategy: StrategyName(c.Strategy), Target: c.Target, Count: int64(affected)})
-		return &OJSResult{Queue: copyQueue(q), Pending: true, Affected: affected, Changed: true}
+		// The configuration goes with the answer: a settle applied right
+		// after this command (the same group-commit entry) may finish the
+		// deletion before the handler reads the queue back.
+		e := effective(a.tx, q)
+		return &OJSResult{Queue: copyQueue(q), Pending: true, Affected: affected, Changed: true, Config: &e}
 	}
 	n := a.finishDeletion(q, c.Strategy, c.Target)
 	last := copyQueue(q)

@@ -209,7 +209,8 @@ type OJSResult struct {
 	Err   *OJSError
 	Queue *QueueInfo // the queue after the command; as it was last when Deleted
 	// Config is the effective configuration of a queue this command deleted
-	// (Deleted), for the Queue object of the answer.
+	// (Deleted) or left deleting (Pending), for the Queue object of the
+	// answer: a pending deletion may finish before the handler reads back.
 	Config   *EffectiveConfig
 	Policy   *Policy
 	Changed  bool

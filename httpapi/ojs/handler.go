@@ -150,13 +150,6 @@ func (h *Handler) match(s []string) (methods, []string) {
 // body reads a request body within the limit and checks its content type.
 // An empty body is returned as nil.
 func (h *Handler) body(r *http.Request, merge bool) ([]byte, *Error) {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt := strings.ToLower(strings.TrimSpace(strings.SplitN(ct, ";", 2)[0]))
-		ok := mt == "application/json" || mt == ContentType || (merge && mt == "application/merge-patch+json")
-		if !ok {
-			return nil, badRequest("unsupported_content_type", "", "content type %s is not accepted; send %s or application/json", mt, ContentType)
-		}
-	}
 	b, err := io.ReadAll(io.LimitReader(r.Body, h.cfg.MaxBodyBytes+1))
 	if err != nil {
 		return nil, badRequest("invalid_request", "", "read body: %v", err)
@@ -165,7 +158,16 @@ func (h *Handler) body(r *http.Request, merge bool) ([]byte, *Error) {
 		return nil, newErr(http.StatusRequestEntityTooLarge, "payload_too_large", "", "the body is over %d bytes", h.cfg.MaxBodyBytes)
 	}
 	if len(strings.TrimSpace(string(b))) == 0 {
+		// No body, so no content type to refuse (ojs-queues.md 0.1): many
+		// clients label an empty POST as a form.
 		return nil, nil
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt := strings.ToLower(strings.TrimSpace(strings.SplitN(ct, ";", 2)[0]))
+		ok := mt == "application/json" || mt == ContentType || (merge && mt == "application/merge-patch+json")
+		if !ok {
+			return nil, badRequest("unsupported_content_type", "", "content type %s is not accepted; send %s or application/json", mt, ContentType)
+		}
 	}
 	return b, nil
 }

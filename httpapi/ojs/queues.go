@@ -547,8 +547,18 @@ func (h *Handler) deleteQueue(w http.ResponseWriter, r *http.Request, a []string
 		out["target_queue"] = c.Target
 	}
 	if or.Pending {
-		h.answerQueue(w, http.StatusAccepted, name, out)
-		return
+		v, err := h.state.OJSQueue(name, now())
+		if err != nil {
+			h.fail(w, newErr(500, "backend_error", "", "%v", err))
+			return
+		}
+		if v != nil {
+			out["queue"] = QueueJSON(v)
+			h.reply(w, http.StatusAccepted, out)
+			return
+		}
+		// The last active job settled in a command applied right after
+		// this one (group commit): the deletion is already complete.
 	}
 	out["queue"] = deletedQueueJSON(name, or)
 	h.reply(w, http.StatusOK, out)
