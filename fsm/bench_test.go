@@ -175,3 +175,35 @@ func BenchmarkCheckPop(b *testing.B) {
 		}
 	}
 }
+
+// A page of the OJS queue listing over 10,000 queues: the views built for
+// the page alone (OJSQueuePage) against every queue's view (OJSQueues, what
+// the listing built before paging).
+func BenchmarkOJSQueueListing(b *testing.B) {
+	m := newMachine(b)
+	const queues = 10000
+	for i := 0; i < queues; i += 500 {
+		cmds := make([]Command, 0, 500)
+		for j := i; j < i+500; j++ {
+			cmds = append(cmds, &OJSCreateQueue{Name: fmt.Sprintf("q%05d", j)})
+		}
+		m.apply(cmds...)
+	}
+	now := m.now.UnixMicro()
+	b.Run("page-of-50", func(b *testing.B) {
+		for b.Loop() {
+			total, views, err := m.f.OJSQueuePage(now, "", nil, func([]string) (int, int) { return 5000, 5050 })
+			if err != nil || total != queues || len(views) != 50 {
+				b.Fatalf("%d of %d: %v", len(views), total, err)
+			}
+		}
+	})
+	b.Run("every-view", func(b *testing.B) {
+		for b.Loop() {
+			views, err := m.f.OJSQueues(now, nil)
+			if err != nil || len(views) != queues {
+				b.Fatalf("%d: %v", len(views), err)
+			}
+		}
+	})
+}

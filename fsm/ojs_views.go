@@ -1,6 +1,9 @@
 package fsm
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/crownmq/crown/segments"
 )
 
@@ -117,6 +120,44 @@ func (f *FSM) OJSQueues(now int64, keep func(*QueueInfo) bool) ([]OJSQueueView, 
 		})
 	})
 	return out, err
+}
+
+// OJSQueuePage lists the queues whose names start with prefix and that
+// keep accepts (nil: all), in name order, and builds the views of only
+// those from start to end, which page picks knowing their names. Without
+// keep the names are read from the keys alone, and only the page's
+// records are decoded and viewed (a view walks the queue's partitions and
+// groups): a page of 50 over 10,000 queues no longer pays for all of them.
+func (f *FSM) OJSQueuePage(now int64, prefix string, keep func(*QueueInfo) bool, page func(names []string) (start, end int)) (total int, views []OJSQueueView, err error) {
+	err = f.View(func(tx *segments.Tx) (err error) {
+		defer recoverStorage(&err)
+		var names []string
+		if keep == nil {
+			tx.ForEachQueueName(prefix, func(name string) bool {
+				names = append(names, name)
+				return true
+			})
+		} else if err := tx.ForEachQueue(func(q *segments.Queue) (bool, error) {
+			if strings.HasPrefix(q.Name, prefix) && keep(q) {
+				names = append(names, q.Name)
+			}
+			return true, nil
+		}); err != nil {
+			return err
+		}
+		total = len(names)
+		start, end := page(names)
+		start, end = max(0, min(start, total)), max(0, min(end, total))
+		for _, name := range names[start:max(start, end)] {
+			q := must1(tx.Queue(name))
+			if q == nil {
+				return fmt.Errorf("queue %q listed but not found: %w", name, segments.ErrCorrupt)
+			}
+			views = append(views, ojsView(tx, q, now))
+		}
+		return nil
+	})
+	return total, views, err
 }
 
 // Policies lists the named policies in name order, and the _default policy

@@ -833,6 +833,19 @@ func (t *Tx) ForEachQueue(fn func(*Queue) (bool, error)) error {
 	return forEachRecord(t, bQueues, nil, nil, func(_ []byte, q *Queue) (bool, error) { return fn(q) })
 }
 
+// ForEachQueueName calls fn with the name of every queue whose name starts
+// with prefix, in name order, until fn returns false, without decoding the
+// records (a listing page decodes only the queues it shows).
+func (t *Tx) ForEachQueueName(prefix string, fn func(name string) bool) {
+	p := nameKey(prefix)
+	c := t.bucket(bQueues).Cursor()
+	for k, _ := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, _ = c.Next() {
+		if !fn(string(k[1:])) {
+			return
+		}
+	}
+}
+
 // forEachRecord walks the msgpack records of bucket b in key order, from
 // seek (the first key when nil) while keys start with prefix, decoding each
 // into a new T, until fn returns false or an error. k is valid only during

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -124,33 +125,36 @@ func (h *Handler) listQueues(w http.ResponseWriter, r *http.Request, _ []string)
 	if !h.read(w, r) {
 		return
 	}
-	views, err := h.state.OJSQueues(now(), func(qi *fsm.QueueInfo) bool {
-		return strings.HasPrefix(qi.Name, prefix) && (stateFilter == "" || fsm.StateName(qi) == stateFilter)
+	var start, end int
+	var last string // the page's last name, for the next cursor
+	var keep func(*fsm.QueueInfo) bool
+	if stateFilter != "" {
+		keep = func(qi *fsm.QueueInfo) bool { return fsm.StateName(qi) == stateFilter }
+	}
+	total, views, err := h.state.OJSQueuePage(now(), prefix, keep, func(names []string) (int, int) {
+		start = offset
+		if hasCursor {
+			// The names come in order: the page starts after the cursor's.
+			start = sort.SearchStrings(names, after+"\x00")
+		}
+		start = min(start, len(names))
+		end = min(start+limit, len(names))
+		if end > start {
+			last = names[end-1]
+		}
+		return start, end
 	})
 	if err != nil {
 		h.fail(w, newErr(500, "backend_error", "", "%v", err))
 		return
 	}
-	total := len(views)
-	start := offset
-	if hasCursor {
-		start = total
-		for i := range views {
-			if views[i].Queue.Name > after {
-				start = i
-				break
-			}
-		}
-	}
-	start = min(start, total)
-	end := min(start+limit, total)
-	items := make([]map[string]any, 0, end-start)
-	for i := start; i < end; i++ {
+	items := make([]map[string]any, 0, len(views))
+	for i := range views {
 		items = append(items, QueueJSON(&views[i]))
 	}
 	pg := map[string]any{"total": total, "limit": limit, "offset": start, "has_more": end < total}
 	if end < total {
-		pg["next_cursor"] = "c" + hex.EncodeToString([]byte(views[end-1].Queue.Name))
+		pg["next_cursor"] = "c" + hex.EncodeToString([]byte(last))
 	}
 	h.reply(w, http.StatusOK, map[string]any{"queues": items, "pagination": pg})
 }
