@@ -14,10 +14,9 @@ import (
 // size follows load (a group commit of pushes is tens to hundreds of KiB, a
 // lone pop a few dozen bytes), so 16,384 entries of a produce burst are
 // over a gigabyte of log on every node, and bbolt's file never gives its
-// pages back. The sizes
-// are this process's view: Apply counts every command entry, not Raft's
-// no-ops, barriers and configuration changes, which are a few bytes each and
-// so make the count err towards fewer bytes kept.
+// pages back. The sizes are this process's view: the state machine sees
+// the command entries, not Raft's no-ops and barriers, which are a few
+// bytes each, so the count errs towards fewer bytes kept.
 type entrySizes struct {
 	mu    sync.Mutex // held briefly by Raft's FSM goroutine and the snapshot trigger
 	sizes []uint32   // ring of the newest len(sizes) entries' sizes
