@@ -251,7 +251,7 @@ func applyOJSCreateQueue(a *applier, c *OJSCreateQueue) any {
 	if c.Paused {
 		a.event(segments.QueueEvent{Type: "queue.paused", Queue: q.Name})
 	}
-	return &OJSResult{Queue: copyQueue(q), Created: true, Changed: true}
+	return a.queueResult(q, OJSResult{Created: true, Changed: true})
 }
 
 // ---- update ----
@@ -337,7 +337,7 @@ func applyOJSUpdateQueue(a *applier, c *OJSUpdateQueue) any {
 	stateChanged := newState != s.State
 	policyChanged := newPolicy != s.Policy
 	if len(fields) == 0 && !stateChanged && !policyChanged && named == q.Named {
-		return &OJSResult{Queue: copyQueue(q)}
+		return a.queueResult(q, OJSResult{})
 	}
 	s.Overrides = after
 	dropNamed(q, q.Named&^named)
@@ -371,7 +371,7 @@ func applyOJSUpdateQueue(a *applier, c *OJSUpdateQueue) any {
 		typ := map[uint8]string{segments.OJSActive: "queue.resumed", segments.OJSPaused: "queue.paused", segments.OJSDraining: "queue.draining"}[newState]
 		a.event(segments.QueueEvent{Type: typ, Queue: q.Name})
 	}
-	return &OJSResult{Queue: copyQueue(q), Changed: true}
+	return a.queueResult(q, OJSResult{Changed: true})
 }
 
 // ---- pause / resume ----
@@ -379,7 +379,7 @@ func applyOJSUpdateQueue(a *applier, c *OJSUpdateQueue) any {
 func applyOJSSetState(a *applier, c *OJSSetState) any {
 	q := must1(a.tx.Queue(c.Name))
 	if q != nil && c.EnsureOnly {
-		return &OJSResult{Queue: copyQueue(q)}
+		return a.queueResult(q, OJSResult{})
 	}
 	if q == nil {
 		if c.Strict && !c.EnsureOnly {
@@ -400,7 +400,7 @@ func applyOJSSetState(a *applier, c *OJSSetState) any {
 		if c.Pause && !c.EnsureOnly {
 			a.event(segments.QueueEvent{Type: "queue.paused", Queue: nq.Name, Reason: c.Reason})
 		}
-		return &OJSResult{Queue: copyQueue(nq), Created: true, Changed: true}
+		return a.queueResult(nq, OJSResult{Created: true, Changed: true})
 	}
 	if deleting(q) {
 		return conflict("queue_deleting", q, "queue %s is being deleted", c.Name)
@@ -411,7 +411,7 @@ func applyOJSSetState(a *applier, c *OJSSetState) any {
 	ensureOJS(q)
 	s := q.OJS
 	if c.Pause == (s.State == segments.OJSPaused) {
-		return &OJSResult{Queue: copyQueue(q)} // idempotent: keeps paused_at
+		return a.queueResult(q, OJSResult{}) // idempotent: keeps paused_at
 	}
 	typ := "queue.resumed"
 	if c.Pause {
@@ -425,7 +425,7 @@ func applyOJSSetState(a *applier, c *OJSSetState) any {
 	must(a.tx.PutQueue(q))
 	a.events.touch(q.Name)
 	a.event(segments.QueueEvent{Type: typ, Queue: q.Name, Reason: c.Reason})
-	return &OJSResult{Queue: copyQueue(q), Changed: true}
+	return a.queueResult(q, OJSResult{Changed: true})
 }
 
 // ---- counts ----
@@ -626,8 +626,7 @@ func applyOJSDeleteQueue(a *applier, c *OJSDeleteQueue) any {
 			return conflict("queue_deleting", q, "queue %s is already being deleted with strategy %s", c.Name, StrategyName(d.Strategy))
 		}
 		depth, _ := queueDepth(a.tx, q, false)
-		e := effective(a.tx, q)
-		return &OJSResult{Queue: copyQueue(q), Pending: true, Affected: depth, Config: &e}
+		return a.queueResult(q, OJSResult{Pending: true, Affected: depth})
 	}
 	depth, _ := queueDepth(a.tx, q, false)
 	if c.Strategy == segments.DeleteReject && depth > 0 {
@@ -694,11 +693,9 @@ func applyOJSDeleteQueue(a *applier, c *OJSDeleteQueue) any {
 		must(a.tx.PutQueue(q))
 		a.events.touch(q.Name)
 		a.event(segments.QueueEvent{Type: "queue.draining", Queue: q.Name, Reason: "deleting", Strategy: StrategyName(c.Strategy), Target: c.Target, Count: int64(affected)})
-		// The configuration goes with the answer: a settle applied right
-		// after this command (the same group-commit entry) may finish the
-		// deletion before the handler reads the queue back.
-		e := effective(a.tx, q)
-		return &OJSResult{Queue: copyQueue(q), Pending: true, Affected: affected, Changed: true, Config: &e}
+		// A settle applied right after this command (the same entry) may
+		// finish the deletion before the handler reads the queue back.
+		return a.queueResult(q, OJSResult{Pending: true, Affected: affected, Changed: true})
 	}
 	n := a.finishDeletion(q, c.Strategy, c.Target)
 	last := copyQueue(q)
@@ -813,6 +810,17 @@ func drainDone(tx *segments.Tx, q *segments.Queue, now int64) bool {
 	return depth == 0
 }
 
+// queueResult answers a write that leaves queue q in place with q and its
+// effective configuration as the write left them. The handler reads the
+// queue back for its answer, but a later command of the same entry (group
+// commit) may delete it; the write succeeded all the same, and its answer
+// is then rendered from these.
+func (a *applier) queueResult(q *segments.Queue, r OJSResult) *OJSResult {
+	e := effective(a.tx, q)
+	r.Queue, r.Config = copyQueue(q), &e
+	return &r
+}
+
 // ---- purge ----
 
 func applyOJSPurgeQueue(a *applier, c *OJSPurgeQueue) any {
@@ -839,7 +847,7 @@ func applyOJSPurgeQueue(a *applier, c *OJSPurgeQueue) any {
 	}
 	a.events.touch(q.Name)
 	a.event(segments.QueueEvent{Type: "queue.purged", Queue: q.Name, Count: int64(n)})
-	return &OJSResult{Queue: copyQueue(q), Affected: n, Changed: true}
+	return a.queueResult(q, OJSResult{Affected: n, Changed: true})
 }
 
 // purgeConsumed deletes the stored messages every group has consumed: the

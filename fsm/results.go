@@ -208,9 +208,10 @@ type OJSError struct {
 type OJSResult struct {
 	Err   *OJSError
 	Queue *QueueInfo // the queue after the command; as it was last when Deleted
-	// Config is the effective configuration of a queue this command deleted
-	// (Deleted) or left deleting (Pending), for the Queue object of the
-	// answer: a pending deletion may finish before the handler reads back.
+	// Config is the effective configuration of Queue as the command left it,
+	// for the Queue object of the answer: a later command of the same entry
+	// may delete the queue (a pending deletion may finish) before the
+	// handler reads it back.
 	Config   *EffectiveConfig
 	Policy   *Policy
 	Changed  bool

@@ -73,13 +73,27 @@ func (h *Handler) view(w http.ResponseWriter, name string) (*fsm.OJSQueueView, b
 	return v, true
 }
 
-// answerQueue reads the queue back after a command and answers {"queue": …}.
-func (h *Handler) answerQueue(w http.ResponseWriter, status int, name string, extra map[string]any) {
-	v, ok := h.view(w, name)
-	if !ok {
+// answerQueue reads the queue back and answers {"queue": …}. When the
+// answer is of a write (or, its result) and the queue is gone, a later
+// command of the same log entry deleted it: the write succeeded, so its
+// status stands and the queue is rendered as the write left it, state
+// deleted.
+func (h *Handler) answerQueue(w http.ResponseWriter, status int, name string, or *fsm.OJSResult, extra map[string]any) {
+	v, err := h.state.OJSQueue(name, now())
+	if err != nil {
+		h.fail(w, newErr(500, "backend_error", "", "%v", err))
 		return
 	}
-	out := map[string]any{"queue": QueueJSON(v)}
+	var out map[string]any
+	switch {
+	case v != nil:
+		out = map[string]any{"queue": QueueJSON(v)}
+	case or != nil && or.Queue != nil:
+		out = map[string]any{"queue": deletedQueueJSON(name, or)}
+	default:
+		h.fail(w, newErr(http.StatusNotFound, "not_found", "queue_not_found", "queue %s does not exist", name))
+		return
+	}
 	for k, x := range extra {
 		out[k] = x
 	}
@@ -205,11 +219,12 @@ func (h *Handler) createQueue(w http.ResponseWriter, r *http.Request, _ []string
 	}
 	name := c.Name
 	c.Config = cfg
-	if _, ok := h.run(w, r, b, c); !ok {
+	or, ok := h.run(w, r, b, c)
+	if !ok {
 		return
 	}
 	w.Header().Set("Location", "/ojs/v1/queues/"+name)
-	h.answerQueue(w, http.StatusCreated, name, nil)
+	h.answerQueue(w, http.StatusCreated, name, or, nil)
 }
 
 // parsePolicyRef reads the optional "policy" member: absent binds by
@@ -242,7 +257,7 @@ func (h *Handler) getQueue(w http.ResponseWriter, r *http.Request, a []string) {
 	if !h.read(w, r) {
 		return
 	}
-	h.answerQueue(w, http.StatusOK, a[0], nil)
+	h.answerQueue(w, http.StatusOK, a[0], nil, nil)
 }
 
 var readOnlyMembers = []string{"origin", "status", "paused", "config", "overrides", "depth", "available",
@@ -315,13 +330,14 @@ func (h *Handler) patchQueue(w http.ResponseWriter, r *http.Request, a []string)
 	}
 	if len(m) == 0 {
 		// {} is a no-op: no command, no event.
-		h.answerQueue(w, http.StatusOK, name, nil)
+		h.answerQueue(w, http.StatusOK, name, nil, nil)
 		return
 	}
-	if _, ok := h.run(w, r, b, c); !ok {
+	or, ok := h.run(w, r, b, c)
+	if !ok {
 		return
 	}
-	h.answerQueue(w, http.StatusOK, name, nil)
+	h.answerQueue(w, http.StatusOK, name, or, nil)
 }
 
 func (h *Handler) putConfig(w http.ResponseWriter, r *http.Request, a []string) {
@@ -335,10 +351,11 @@ func (h *Handler) putConfig(w http.ResponseWriter, r *http.Request, a []string) 
 		h.fail(w, e)
 		return
 	}
-	if _, ok := h.run(w, r, b, &fsm.OJSUpdateQueue{Name: name, Replace: true, Set: cfg}); !ok {
+	or, ok := h.run(w, r, b, &fsm.OJSUpdateQueue{Name: name, Replace: true, Set: cfg})
+	if !ok {
 		return
 	}
-	h.answerQueue(w, http.StatusOK, name, nil)
+	h.answerQueue(w, http.StatusOK, name, or, nil)
 }
 
 // ---- pause / resume ----
@@ -381,10 +398,11 @@ func (h *Handler) setState(w http.ResponseWriter, r *http.Request, name string, 
 			c.Reason = s
 		}
 	}
-	if _, ok := h.run(w, r, b, c); !ok {
+	or, ok := h.run(w, r, b, c)
+	if !ok {
 		return
 	}
-	h.answerQueue(w, http.StatusOK, name, nil)
+	h.answerQueue(w, http.StatusOK, name, or, nil)
 }
 
 // checkMembersOnly reports every member of m not in allowed (400 unknown_field).
@@ -467,7 +485,7 @@ func (h *Handler) purge(w http.ResponseWriter, r *http.Request, a []string) {
 	if !ok {
 		return
 	}
-	h.answerQueue(w, http.StatusOK, name, map[string]any{"purged_count": or.Affected, "states": states})
+	h.answerQueue(w, http.StatusOK, name, or, map[string]any{"purged_count": or.Affected, "states": states})
 }
 
 // ---- delete ----
