@@ -733,6 +733,10 @@ func (a *applier) finishDeletion(q *segments.Queue, strategy uint8, target strin
 func (a *applier) moveBacklog(q *segments.Queue, target string, idleOnly bool) uint64 {
 	tq := must1(a.tx.Queue(target))
 	if tq == nil {
+		// Created here without the queue limit's check: the request that
+		// started the move checked it, and a target deleted while the move
+		// waited for its active jobs is recreated in the step that deletes
+		// the source, so the count does not grow.
 		nq, _ := a.newQueue(target, segments.OriginOJS, BindAuto, "")
 		a.store(nq)
 		tq = nq
