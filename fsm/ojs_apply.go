@@ -728,8 +728,8 @@ func (a *applier) finishDeletion(q *segments.Queue, strategy uint8, target strin
 // the partition of the same name in target (created implicitly), in order,
 // as new messages of the target (transaction ids, trace ids, producer subs
 // and payloads are kept; message ids are re-issued). With idleOnly, only
-// the messages after the partition's live leased batches move, and they
-// leave q's backlog as purgeBacklog removes them; the leased batches stay.
+// the messages idleOf calls idle move, and they leave q's backlog as
+// purgeBacklog removes them; the live leased batches stay.
 func (a *applier) moveBacklog(q *segments.Queue, target string, idleOnly bool) uint64 {
 	tq := must1(a.tx.Queue(target))
 	if tq == nil {
@@ -748,12 +748,15 @@ func (a *applier) moveBacklog(q *segments.Queue, target string, idleOnly bool) u
 		if p.Messages == 0 {
 			continue
 		}
-		from := slowest(a.tx, p)
+		idle := idleBacklog{from: slowest(a.tx, p)}
 		if idleOnly {
-			from = idleFrom(a.tx, p, from, a.now)
+			idle = idleOf(a.tx, p, a.now)
 		}
 		var msgs []segments.Message
-		must(a.tx.Scan(p, from, func(sm *segments.StoredMessage) (bool, error) {
+		must(a.tx.Scan(p, idle.from, func(sm *segments.StoredMessage) (bool, error) {
+			if idle.leased(sm.Offset) {
+				return true, nil
+			}
 			m := sm.Message
 			m.Payload = bytes.Clone(sm.Payload)
 			msgs = append(msgs, m)
@@ -915,40 +918,17 @@ func (a *applier) purgeIdle(q *segments.Queue) uint64 {
 	return n
 }
 
-// liveBatchEnd is the last offset of the partition's live leased batches
-// at now (0: none; offsets start at 1).
-func liveBatchEnd(tx *segments.Tx, p *segments.Partition, now int64) uint64 {
-	var hi uint64
-	must(tx.ForEachGroup(p.ID, func(_ string, g *segments.Group) (bool, error) {
-		if g.LeaseLive(now) && g.HasBatch() {
-			hi = max(hi, g.LeaseLast)
-		}
-		return true, nil
-	}))
-	return hi
-}
-
-// idleFrom is the first offset of the partition's backlog outside its live
-// leased batches: after the last of them, or from (the slowest cursor)
-// when there is none. purgeBacklog removes what is stored from there.
-func idleFrom(tx *segments.Tx, p *segments.Partition, from uint64, now int64) uint64 {
-	if hi := liveBatchEnd(tx, p, now); hi != 0 {
-		return max(from, hi+1)
-	}
-	return from
-}
-
 // purgeBacklog removes the unconsumed messages of a partition except those
-// in live leased batches: groups without a live lease move past the end,
-// and the storage from idleFrom on is deleted (a segment across that
-// offset is cut there). It returns by how much the backlog shrank.
+// in live leased batches (idleOf): groups without a live lease move past
+// the end, and every stored offset idleOf calls idle is deleted, cutting
+// the segments around the batches. It returns by how much the backlog
+// shrank.
 func (a *applier) purgeBacklog(p *segments.Partition) uint64 {
 	backlog := partitionBacklog(a.tx, p)
 	if backlog == 0 {
 		return 0
 	}
-	from := slowest(a.tx, p)
-	cut := idleFrom(a.tx, p, from, a.now)
+	idle := idleOf(a.tx, p, a.now)
 	type gs struct {
 		name string
 		g    *segments.Group
@@ -973,28 +953,43 @@ func (a *applier) purgeBacklog(p *segments.Partition) uint64 {
 		}
 		must(a.tx.PutGroup(p.ID, x.name, g))
 	}
-	type seg struct{ first, count uint64 }
-	var segs []seg
+	var segs []span
 	must(a.tx.Segments(p, func(si segments.SegmentInfo) (bool, error) {
-		segs = append(segs, seg{si.First, si.Count})
+		if si.First+si.Count > idle.from {
+			segs = append(segs, span{si.First, si.First + si.Count - 1})
+		}
 		return true, nil
 	}))
-	for _, s := range segs {
-		switch {
-		case s.first+s.count <= cut:
-			// before the cut: consumed, or kept for a live batch
-		case s.first >= cut:
-			must1(a.tx.DeleteSegment(p, s.first))
-		default:
-			// across the cut: keep its head (consumed or leased)
-			must1(a.tx.TruncateSegment(p, s.first, cut-s.first))
-		}
+	for _, sg := range segs {
+		a.cutIdle(p, sg, idle.gaps(sg))
 	}
 	after := partitionBacklog(a.tx, p)
 	if backlog < after {
 		return 0
 	}
 	return backlog - after
+}
+
+// cutIdle deletes the offsets of gaps (sorted, inside the segment sg) from
+// the segment, the last gap first so that the segment's head keeps its key:
+// a gap at the end is cut off, one in the middle splits the segment after
+// it (DeleteMessage of its last offset) and is then cut off the head. Each
+// gap rewrites the head once or twice; a partition has as many gaps as live
+// batches at most, one per consumer group.
+func (a *applier) cutIdle(p *segments.Partition, sg span, gaps []span) {
+	end := sg.last
+	for i := len(gaps) - 1; i >= 0; i-- {
+		g := gaps[i]
+		if g.last < end {
+			must1(a.tx.DeleteMessage(p, g.last))
+			if g.first == g.last {
+				end = g.first - 1
+				continue
+			}
+		}
+		must1(a.tx.TruncateSegment(p, sg.first, g.first-sg.first))
+		end = g.first - 1
+	}
 }
 
 // ---- policies ----
