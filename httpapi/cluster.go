@@ -21,6 +21,7 @@ func (s *Server) raftJSON() (map[string]any, bool) {
 	return map[string]any{
 		"state": st.State, "leader_id": st.LeaderID, "leader_http": leaderHTTP, "term": st.Term,
 		"applied_index": st.AppliedIndex, "commit_index": st.CommitIndex, "last_index": st.LastIndex,
+		"probation": st.Probation,
 	}, canServe
 }
 

@@ -115,6 +115,7 @@ type Node struct {
 	fsm       *fsm.FSM
 	counted   *logBytesFSM // fsm as Raft sees it
 	transport *raft.NetworkTransport
+	guard     *voteGuard // in front of transport while on probation (probation.go); nil otherwise
 	logStore  *raftboltdb.BoltStore
 	logPath   string        // logStore's file
 	logs      raft.LogStore // the log as Raft reads it: its cache in front of logStore
@@ -242,11 +243,28 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	rc.NotifyCh = n.notifyCh
 	rc.Logger = newHCLog(cfg.Logger, "raft")
 
-	if !cfg.Join {
-		exists, err := raft.HasExistingState(logs, store, snaps)
-		if err != nil {
-			return fail(fmt.Errorf("inspect raft state: %w", err))
+	exists, err := raft.HasExistingState(logs, store, snaps)
+	if err != nil {
+		return fail(fmt.Errorf("inspect raft state: %w", err))
+	}
+	marker := filepath.Join(dir, probationFile)
+	if !exists && (cfg.Join || len(cfg.Peers) > 1) {
+		if err := beginProbation(marker); err != nil {
+			return fail(err)
 		}
+	}
+	probation, err := onProbation(marker)
+	if err != nil {
+		return fail(err)
+	}
+	var transport raft.Transport = trans
+	if probation {
+		n.guard = newVoteGuard(trans, rc.LocalID, marker, true, log)
+		cleanup = append(cleanup, func() { n.guard.Close() })
+		transport = n.guard
+		log.Warn("on probation: this node's Raft log started empty, so it votes only for a first bootstrap until it has caught up with a leader (raftnode/DESIGN.md)")
+	}
+	if !cfg.Join {
 		if !exists {
 			servers := []raft.Server{{ID: rc.LocalID, Address: trans.LocalAddr()}}
 			if len(cfg.Peers) > 0 {
@@ -261,7 +279,7 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 			log.Info("bootstrapped cluster", "voters", len(servers))
 		}
 	}
-	r, err := raft.NewRaft(rc, n.counted, logs, store, snaps, trans)
+	r, err := raft.NewRaft(rc, n.counted, logs, store, snaps, transport)
 	if err != nil {
 		return fail(fmt.Errorf("start raft: %w", err))
 	}
@@ -276,6 +294,11 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	}))
 	go n.watchLeadership()
 	go n.snapshotOnLogBytes()
+	if n.guard != nil {
+		applied := r.AppliedIndex
+		n.guard.applied.Store(&applied)
+		go n.watchProbation(n.guard)
+	}
 	return n, nil
 }
 
@@ -427,6 +450,9 @@ type Status struct {
 	// proposed as leader and the commands in them; Lingered counts the
 	// entries held back by the linger (proposer.go).
 	ProposedEntries, ProposedCommands, Lingered uint64
+	// Probation is true while this node, whose log started empty, votes
+	// for no candidate past a first bootstrap (probation.go).
+	Probation bool
 }
 
 // Status reports this node's Raft state.
@@ -440,6 +466,7 @@ func (n *Node) Status() Status {
 		ProposedEntries:       n.proposer.stats.Entries.Load(),
 		ProposedCommands:      n.proposer.stats.Commands.Load(),
 		Lingered:              n.proposer.stats.Lingered.Load(),
+		Probation:             n.guard != nil && n.guard.on.Load(),
 	}
 }
 
@@ -680,7 +707,11 @@ func (n *Node) Shutdown() error {
 	n.proposer.Close()
 	err := n.raft.Shutdown().Error()
 	close(n.stopped)
-	if cerr := n.transport.Close(); err == nil {
+	closer := raft.WithClose(n.transport)
+	if n.guard != nil {
+		closer = n.guard // stops its relay, then closes the transport
+	}
+	if cerr := closer.Close(); err == nil {
 		err = cerr
 	}
 	if cerr := n.logStore.Close(); err == nil {
