@@ -119,6 +119,7 @@ func (g *voteGuard) refuses(last uint64) bool {
 	return true
 }
 
+// observe raises seenCommit to a commit index a leader sent.
 func (g *voteGuard) observe(commit uint64) {
 	for {
 		seen := g.seenCommit.Load()
