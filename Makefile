@@ -103,7 +103,7 @@ docker-cluster-stop:
 # Chaos testing (docs/chaos.md, cmd/crown-chaos/DESIGN.md): a three-node
 # cluster in network namespaces (root needed), a recorded workload, faults,
 # a history checker; the report goes to $(CHAOS_REPORT)/. chaos-short is the
-# CI suite (six scenarios, under 5 minutes); chaos plays a random schedule
+# CI suite (seven scenarios, under 5 minutes); chaos plays a random schedule
 # of DURATION from SEED (default: the clock; printed, and kept in the
 # report); chaos-docker breaks the Compose cluster instead (docker
 # network disconnect/connect, docker kill/start/pause).

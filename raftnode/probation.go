@@ -35,8 +35,10 @@ import (
 // yet, so their votes are safe and the first election can happen. A
 // marker file keeps the probation over a restart before the catch-up.
 //
-// The cost is availability, only when a node with a lost disk and a second
-// failure coincide: the cluster waits for the node that holds the data. (In
+// The cost is availability: until it has caught up the node counts as down
+// for elections (it cannot tell the candidate that holds the data from a
+// stale one), so with a second node down the cluster elects nobody until
+// one returns. (In
 // a new cluster, the followers' probation lasts until they apply the first
 // leader's first commit, tens of milliseconds: a leader lost within them is
 // waited for the same way.)

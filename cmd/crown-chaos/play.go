@@ -265,7 +265,7 @@ func (r *runner) do(ctx context.Context, s *scenario.Scenario, ev scenario.Event
 		err := r.be.Heal()
 		r.closeWindows(func(w *window) bool { return w.network })
 		return err
-	case scenario.Kill, scenario.Stop, scenario.Pause:
+	case scenario.Kill, scenario.Wipe, scenario.Stop, scenario.Pause:
 		var errs []error
 		var done []string
 		for _, id := range flat {
@@ -273,6 +273,17 @@ func (r *runner) do(ctx context.Context, s *scenario.Scenario, ev scenario.Event
 			switch ev.Action {
 			case scenario.Kill:
 				err = r.be.Kill(id)
+			case scenario.Wipe:
+				if why := r.wipeBlocked(ctx, id); why != "" {
+					r.logf("%s: wipe of %s skipped: %s", s.Name, id, why)
+					continue
+				}
+				if err = r.be.Wipe(id); err == nil {
+					if r.wiped == nil {
+						r.wiped = map[string]bool{}
+					}
+					r.wiped[id] = true
+				}
 			case scenario.Stop:
 				err = r.be.Terminate(id)
 			case scenario.Pause:
@@ -323,6 +334,38 @@ var (
 	errNextFault  = errors.New("interrupted by the next fault")
 	errSuperseded = errors.New("superseded by a later heal")
 )
+
+// wipeBlocked waits up to 60 s until every node wiped earlier (other than
+// id) runs and has caught up, off probation. A second lost disk before the
+// first one's node has caught up is a majority of disks lost, which no
+// broker survives and the checker would rightly flag: such a wipe is
+// skipped, and the reason returned.
+func (r *runner) wipeBlocked(ctx context.Context, id string) string {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var waiting []string
+		hs := r.health(ctx)
+		for _, h := range hs {
+			if !r.wiped[h.id] {
+				continue
+			}
+			if h.err == nil && !h.probation && r.be.State(h.id) == nemesis.Running {
+				delete(r.wiped, h.id)
+				continue
+			}
+			if h.id != id {
+				waiting = append(waiting, h.id)
+			}
+		}
+		if len(waiting) == 0 {
+			return ""
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Sprintf("%s, wiped earlier, has not caught up (two lost disks are a majority)", strings.Join(waiting, ", "))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
 
 // openWindow starts a fault window; a recovery probe still measuring the
 // previous heal stops (the new fault would distort it).

@@ -146,6 +146,9 @@ type runner struct {
 	probeGen     int
 	failures     []string // harness-level failures: no recovery, crashes
 	scenario     string
+	// wiped holds the nodes wiped and not yet seen caught up (their /health
+	// raft.probation false); only the play loop touches it.
+	wiped map[string]bool
 }
 
 type window struct {
@@ -532,7 +535,10 @@ type nodeHealth struct {
 	state  string
 	leader string
 	term   uint64
-	err    error
+	// probation: the node's log started empty and it has not caught up
+	// with a leader yet (raftnode/DESIGN.md).
+	probation bool
+	err       error
 }
 
 func (r *runner) health(ctx context.Context) []nodeHealth {
@@ -545,7 +551,8 @@ func (r *runner) health(ctx context.Context) []nodeHealth {
 			cctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 			defer cancel()
 			h, err := r.client.Health(cctx, n.URL)
-			out[i] = nodeHealth{id: n.ID, status: h.Status, state: h.Raft.State, leader: h.Raft.LeaderID, term: h.Raft.Term, err: err}
+			out[i] = nodeHealth{id: n.ID, status: h.Status, state: h.Raft.State, leader: h.Raft.LeaderID, term: h.Raft.Term,
+				probation: h.Raft.Probation, err: err}
 		}()
 	}
 	wg.Wait()

@@ -3,7 +3,7 @@
 # cmd/crown-chaos/DESIGN.md. Used by `make chaos-short`, `make chaos` and
 # `make chaos-docker` (which build bin/crownd first).
 #
-#   scripts/chaos/chaos.sh short                 the CI suite: six scenarios, under 5 minutes
+#   scripts/chaos/chaos.sh short                 the CI suite: seven scenarios, under 5 minutes
 #   scripts/chaos/chaos.sh all                   every scenario in scripts/chaos/scenarios
 #   scripts/chaos/chaos.sh random [DURATION] [SEED]   a random schedule (default 30m, seed from the clock)
 #   scripts/chaos/chaos.sh docker [DURATION] [SEED]   the Docker Compose flavour (scenarios, then a random schedule)
@@ -21,8 +21,9 @@ REPORT="${CHAOS_REPORT:-chaos-report}"
 # shellcheck disable=SC2206 # word splitting of the extra flags is intended
 EXTRA=(${CHAOS_FLAGS:-})
 # The CI suite: leader isolation, a bridge partition, SIGKILL of the leader,
-# kill-all-and-restart, a paused leader, latency/loss and a flapping link.
-SHORT=(isolate-leader bridge kill-leader kill-all pause-leader netem-flap)
+# kill-all-and-restart, a paused leader, latency/loss and a flapping link,
+# and a lost disk beside a stale follower and a dead leader.
+SHORT=(isolate-leader bridge kill-leader kill-all pause-leader netem-flap wipe-stale-quorum)
 # Scenarios the docker backend supports (isolation and process faults).
 DOCKER=(isolate-leader kill-leader kill-all pause-leader)
 

@@ -170,6 +170,12 @@ func (d *Docker) State(id string) string {
 // Kill implements Backend.
 func (d *Docker) Kill(id string) error { return d.docker(id, Killed, "kill", "-s", "KILL") }
 
+// Wipe implements Backend: not here, the data is in a Compose volume that
+// an image FROM scratch cannot empty (Supports refuses it first).
+func (d *Docker) Wipe(id string) error {
+	return fmt.Errorf("wipe %s: not supported by the docker backend (use the netns backend)", id)
+}
+
 // Terminate implements Backend.
 func (d *Docker) Terminate(id string) error { return d.docker(id, Stopped, "stop", "-t", "40") }
 
@@ -268,7 +274,7 @@ func (d *Docker) Heal() error {
 // Supports implements Backend.
 func (d *Docker) Supports(ev scenario.Event) error {
 	switch ev.Action {
-	case scenario.Cut, scenario.Netem, scenario.Flap:
+	case scenario.Cut, scenario.Netem, scenario.Flap, scenario.Wipe:
 		return fmt.Errorf("line %d: %s is not supported by the docker backend (use the netns backend)", ev.Line, ev.Action)
 	case scenario.Partition:
 		for _, g := range ev.Groups {

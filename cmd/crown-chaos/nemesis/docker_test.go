@@ -14,6 +14,7 @@ func TestDockerSupports(t *testing.T) {
 		"kill-follower": true, "stop-leader": true, "kill-all": true, "rolling-kill": true,
 		"pause-leader": true, "isolate-then-kill": true,
 		"bridge": false, "minority-client": false, "netem-flap": false, "lossy-leader": false,
+		"wipe-stale-quorum": false,
 	}
 	files, _ := filepath.Glob("../../../scripts/chaos/scenarios/*.chaos")
 	if len(files) != len(want) {

@@ -42,6 +42,9 @@ type Backend interface {
 	// State is a node's process state.
 	State(id string) string
 	Kill(id string) error
+	// Wipe SIGKILLs the node and deletes its data directory (a lost disk);
+	// StartNode starts it again with an empty one.
+	Wipe(id string) error
 	Terminate(id string) error // SIGTERM; returns once the process exited (or after 40 s, SIGKILL)
 	StartNode(id string) error // start a killed or stopped node
 	Pause(id string) error

@@ -287,6 +287,27 @@ func (n *Netns) Kill(id string) error {
 	return p.kill()
 }
 
+// Wipe implements Backend.
+func (n *Netns) Wipe(id string) error {
+	p, err := n.proc(id)
+	if err != nil {
+		return err
+	}
+	if p.getState() != Killed && p.getState() != Stopped {
+		if err := p.kill(); err != nil {
+			return err
+		}
+	}
+	dir := filepath.Join(n.cfg.DataDir, id)
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("wipe %s: %w", id, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("wipe %s: %w", id, err)
+	}
+	return nil
+}
+
 // Terminate implements Backend.
 func (n *Netns) Terminate(id string) error {
 	p, err := n.proc(id)

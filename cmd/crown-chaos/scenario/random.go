@@ -27,7 +27,7 @@ type RandomOptions struct {
 // template is one kind of fault with its heal.
 type template struct {
 	name    string
-	network bool // needs the network namespace backend beyond isolate
+	network bool // needs the network namespace backend (a network fault beyond isolate, or a wipe)
 	gen     func(r *rand.Rand) (fault, heal string)
 }
 
@@ -57,6 +57,7 @@ var templates = []template{
 	{"pause-leader", false, func(*rand.Rand) (string, string) { return "pause leader as P", "resume P" }},
 	{"pause-follower", false, func(*rand.Rand) (string, string) { return "pause follower as P", "resume P" }},
 	{"kill-all", false, func(*rand.Rand) (string, string) { return "kill all", "restart killed" }},
+	{"wipe-follower", true, func(*rand.Rand) (string, string) { return "wipe follower as K", "restart K" }},
 }
 
 // TemplateNames lists the fault kinds the generator draws from.

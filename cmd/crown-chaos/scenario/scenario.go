@@ -46,6 +46,7 @@ const (
 	Netem      Action = "netem"      // S delay=D [jitter=D] [loss=P%]: latency and loss on S's outgoing packets
 	Flap       Action = "flap"       // S [period=D]: S's link goes down and up every period until heal
 	Kill       Action = "kill"       // S: SIGKILL
+	Wipe       Action = "wipe"       // S: SIGKILL, then delete the data directory (a lost disk)
 	Stop       Action = "stop"       // S: SIGTERM, a clean shutdown
 	Restart    Action = "restart"    // S: start the stopped or killed nodes S again
 	Pause      Action = "pause"      // S: SIGSTOP
@@ -72,6 +73,7 @@ var Actions = []struct {
 	{Netem, "S delay=D [jitter=D] [loss=P%]", "add latency and packet loss on S's outgoing packets", true, false, false, true},
 	{Flap, "S [period=D]", "S's link goes down and up every period (default 1s) until heal", true, false, false, true},
 	{Kill, "S", "SIGKILL the nodes S", false, true, false, true},
+	{Wipe, "S", "SIGKILL the nodes S and delete their data directories, a lost disk (netns backend; the runner wipes no node while an earlier wiped one has not caught up, since two lost disks are a majority)", false, true, false, true},
 	{Stop, "S", "SIGTERM the nodes S (clean shutdown)", false, true, false, true},
 	{Restart, "S", "start the killed or stopped nodes S again (`restart killed` starts all of them)", false, true, true, true},
 	{Pause, "S", "SIGSTOP the nodes S (a hung process whose sockets stay open)", false, true, false, true},
@@ -504,7 +506,7 @@ func parseEvent(name string, args []string, bound map[string]bool) (Event, error
 			}
 			ev.Period = d
 		}
-	case Isolate, Kill, Stop, Restart, Pause, Resume:
+	case Isolate, Kill, Wipe, Stop, Restart, Pause, Resume:
 		if err := noParams(); err != nil {
 			return ev, err
 		}
@@ -571,7 +573,7 @@ func (a Action) IsNetwork() bool {
 // IsProcess reports whether the action is a process fault (it opens a fault window).
 func (a Action) IsProcess() bool {
 	switch a {
-	case Kill, Stop, Pause:
+	case Kill, Wipe, Stop, Pause:
 		return true
 	}
 	return false

@@ -24,6 +24,7 @@ func TestParseEvents(t *testing.T) {
 		{"15s heal", Event{At: 15 * time.Second, Action: Heal}},
 		{"20s kill leader", Event{At: 20 * time.Second, Action: Kill, Groups: [][]Sel{{"leader"}}}},
 		{"20s kill leader as OLD_LEADER", Event{At: 20 * time.Second, Action: Kill, Groups: [][]Sel{{"leader"}}, Bind: "OLD_LEADER"}},
+		{"6s wipe follower as W", Event{At: 6 * time.Second, Action: Wipe, Groups: [][]Sel{{"follower"}}, Bind: "W"}},
 		{"25s restart all", Event{At: 25 * time.Second, Action: Restart, Groups: [][]Sel{{"all"}}}},
 		{"25s restart killed", Event{At: 25 * time.Second, Action: Restart, Groups: [][]Sel{{"killed"}}}},
 		{"25s stop followers", Event{At: 25 * time.Second, Action: Stop, Groups: [][]Sel{{"followers"}}}},
@@ -241,8 +242,8 @@ func TestRandomProcessOnly(t *testing.T) {
 	}
 	for _, e := range s.Events {
 		switch e.Action {
-		case Cut, Netem, Flap:
-			t.Fatalf("line %d: %s in a process-only schedule", e.Line, e)
+		case Cut, Netem, Flap, Wipe:
+			t.Fatalf("line %d: %s in a process-only schedule (the docker backend refuses it)", e.Line, e)
 		case Partition:
 			t.Fatalf("line %d: partition in a process-only schedule", e.Line)
 		}

@@ -255,9 +255,10 @@ type Health struct {
 	Status int    `json:"-"`
 	NodeID string `json:"node_id"`
 	Raft   struct {
-		State    string `json:"state"`
-		LeaderID string `json:"leader_id"`
-		Term     uint64 `json:"term"`
+		State     string `json:"state"`
+		LeaderID  string `json:"leader_id"`
+		Term      uint64 `json:"term"`
+		Probation bool   `json:"probation"`
 	} `json:"raft"`
 }
 
