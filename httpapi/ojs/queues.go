@@ -73,11 +73,10 @@ func (h *Handler) view(w http.ResponseWriter, name string) (*fsm.OJSQueueView, b
 	return v, true
 }
 
-// answerQueue reads the queue back and answers {"queue": …}. When the
-// answer is of a write (or, its result) and the queue is gone, a later
-// command of the same log entry deleted it: the write succeeded, so its
-// status stands and the queue is rendered as the write left it, state
-// deleted.
+// answerQueue reads the queue back and answers {"queue": …}. When or, the
+// result of a write, is given and the queue is gone, a later command of the
+// same log entry deleted it: the write succeeded, so its status stands and
+// the queue is rendered as the write left it, state deleted.
 func (h *Handler) answerQueue(w http.ResponseWriter, status int, name string, or *fsm.OJSResult, extra map[string]any) {
 	v, err := h.state.OJSQueue(name, now())
 	if err != nil {
