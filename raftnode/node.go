@@ -262,7 +262,7 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 		n.guard = newVoteGuard(trans, rc.LocalID, marker, true, log)
 		cleanup = append(cleanup, func() { n.guard.Close() })
 		transport = n.guard
-		log.Warn("on probation: this node's Raft log started empty, so it votes only for a first bootstrap until it has caught up with a leader (raftnode/DESIGN.md)")
+		log.Info("on probation: this node's Raft log started empty, so it votes only for a first bootstrap until it has caught up with a leader (raftnode/DESIGN.md)")
 	}
 	if !cfg.Join {
 		if !exists {
