@@ -295,8 +295,8 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	go n.watchLeadership()
 	go n.snapshotOnLogBytes()
 	if n.guard != nil {
-		applied := r.AppliedIndex
-		n.guard.applied.Store(&applied)
+		last := r.LastIndex
+		n.guard.lastIndex.Store(&last)
 		go n.watchProbation(n.guard)
 	}
 	return n, nil

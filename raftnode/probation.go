@@ -28,8 +28,16 @@ import (
 //
 // So such a node is on probation until it has caught up: it refuses
 // RequestVote and RequestPreVote for any candidate whose log goes past the
-// bootstrap configuration (index 1), and ends its probation once it has
-// applied the commit index a leader sent it, or leads itself.
+// bootstrap configuration (index 1), and ends its probation once its log
+// reaches the target the first AppendEntries with entries (or a previous
+// entry) it received showed it, or once it leads. The target is the larger
+// of that leader's commit index and the last index the request covered: a
+// leader's log holds every committed entry, and a follower's nextIndex
+// starts past the leader's last entry, so the first such request covers
+// the leader's log as it was. The target is fixed then, not raised by later
+// requests: under a steady load a moving target would stay ahead of the
+// log, and the probation would not end.
+//
 // Candidates at index 1 or below are the nodes of a cluster bootstrapping
 // for the first time (all of them on probation): nothing was committed
 // yet, so their votes are safe and the first election can happen. A
@@ -38,10 +46,9 @@ import (
 // The cost is availability: until it has caught up the node counts as down
 // for elections (it cannot tell the candidate that holds the data from a
 // stale one), so with a second node down the cluster elects nobody until
-// one returns. (In
-// a new cluster, the followers' probation lasts until they apply the first
-// leader's first commit, tens of milliseconds: a leader lost within them is
-// waited for the same way.)
+// one returns. (In a new cluster the followers' probation lasts until they
+// hold the first leader's first entry, milliseconds: a leader lost within
+// them is waited for the same way.)
 
 // probationFile is the marker's name in the Raft directory.
 const probationFile = "probation"
@@ -53,11 +60,11 @@ type voteGuard struct {
 	raft.Transport
 	header raft.RPCHeader // this node's, for the answers it gives itself
 
-	marker     string
-	on         atomic.Bool
-	seenCommit atomic.Uint64                 // highest LeaderCommitIndex a leader sent
-	applied    atomic.Pointer[func() uint64] // Raft's applied index, once Raft runs
-	log        *slog.Logger
+	marker    string
+	on        atomic.Bool
+	target    atomic.Uint64                 // the log index to reach; 0 until a leader showed one
+	lastIndex atomic.Pointer[func() uint64] // Raft's last log index, once Raft runs
+	log       *slog.Logger
 
 	consumer chan raft.RPC
 	stop     chan struct{}
@@ -97,7 +104,7 @@ func (g *voteGuard) relay(in <-chan raft.RPC) {
 				continue
 			}
 		case *raft.AppendEntriesRequest:
-			g.observe(c.LeaderCommitIndex)
+			g.observe(c)
 		}
 		select {
 		case g.consumer <- rpc:
@@ -114,40 +121,25 @@ func (g *voteGuard) refuses(last uint64) bool {
 	if !g.on.Load() || last <= 1 {
 		return false
 	}
-	if f := g.applied.Load(); f != nil && g.caughtUp((*f)()) {
+	if f := g.lastIndex.Load(); f != nil && g.caughtUp((*f)()) {
 		g.end("caught up with a leader")
 		return false
 	}
 	return true
 }
 
-// observe raises seenCommit to a commit index a leader sent.
-func (g *voteGuard) observe(commit uint64) {
-	for {
-		seen := g.seenCommit.Load()
-		if commit <= seen || g.seenCommit.CompareAndSwap(seen, commit) {
-			return
-		}
+// observe sets the target from the first AppendEntries that shows a part
+// of the leader's log (a heartbeat carries none).
+func (g *voteGuard) observe(c *raft.AppendEntriesRequest) {
+	if c.PrevLogEntry == 0 && len(c.Entries) == 0 {
+		return
 	}
+	t := max(c.LeaderCommitIndex, c.PrevLogEntry+uint64(len(c.Entries)))
+	g.target.CompareAndSwap(0, t)
 }
 
 // Consumer is where Raft reads the RPCs the guard let through.
 func (g *voteGuard) Consumer() <-chan raft.RPC { return g.consumer }
-
-// SetHeartbeatHandler installs Raft's fast path for heartbeats, which
-// carry the leader's commit index too.
-func (g *voteGuard) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
-	if cb == nil {
-		g.Transport.SetHeartbeatHandler(nil)
-		return
-	}
-	g.Transport.SetHeartbeatHandler(func(rpc raft.RPC) {
-		if c, ok := rpc.Command.(*raft.AppendEntriesRequest); ok {
-			g.observe(c.LeaderCommitIndex)
-		}
-		cb(rpc)
-	})
-}
 
 // RequestPreVote keeps pre-vote on: Raft uses it only when the transport
 // offers it.
@@ -183,17 +175,17 @@ func (g *voteGuard) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAd
 	return g.Transport.AppendEntriesPipeline(id, target)
 }
 
-// caughtUp reports whether a node that applied up to applied has caught up
-// with the commit index a leader sent it.
-func (g *voteGuard) caughtUp(applied uint64) bool {
-	seen := g.seenCommit.Load()
-	return seen > 0 && applied >= seen
+// caughtUp reports whether a node whose log ends at last has reached the
+// target a leader showed it.
+func (g *voteGuard) caughtUp(last uint64) bool {
+	t := g.target.Load()
+	return t > 0 && last >= t
 }
 
 // end ends the probation, once; its marker is removed by clearMarker.
 func (g *voteGuard) end(why string) {
 	if g.on.CompareAndSwap(true, false) {
-		g.log.Info("probation over: this node votes again", "why", why, "leader_commit", g.seenCommit.Load())
+		g.log.Info("probation over: this node votes again", "why", why, "target", g.target.Load())
 	}
 }
 
@@ -249,7 +241,7 @@ func (n *Node) watchProbation(g *voteGuard) {
 		case <-n.stopped:
 			return
 		}
-		if g.on.Load() && g.caughtUp(n.raft.AppliedIndex()) {
+		if g.on.Load() && g.caughtUp(n.raft.LastIndex()) {
 			g.end("caught up with a leader")
 		}
 		if g.on.Load() {

@@ -11,8 +11,10 @@ import (
 
 // TestVoteGuardOnProbation: a node on probation refuses votes and
 // pre-votes for a candidate whose log goes past the bootstrap entry, passes
-// those of a first bootstrap to Raft, and, once it has applied the commit
-// index a leader sent it, removes its marker and passes every vote on.
+// those of a first bootstrap to Raft, and, once its log reaches what the
+// first AppendEntries with entries showed of the leader's, removes its
+// marker and passes every vote on. Heartbeats and later requests do not
+// move that target.
 func TestVoteGuardOnProbation(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), probationFile)
 	if err := beginProbation(marker); err != nil {
@@ -73,16 +75,27 @@ func TestVoteGuardOnProbation(t *testing.T) {
 		t.Fatalf("on probation, a first bootstrap's candidate (index 1): granted %v, reached Raft %v; want Raft to decide", granted, through)
 	}
 
-	var ae raft.AppendEntriesResponse
-	if err := candidate.AppendEntries("voter", inner.LocalAddr(), &raft.AppendEntriesRequest{RPCHeader: header, Term: 4, LeaderCommitIndex: 10}, &ae); err != nil {
-		t.Fatal(err)
+	appendEntries := func(req *raft.AppendEntriesRequest) {
+		t.Helper()
+		req.RPCHeader, req.Term = header, 4
+		var ae raft.AppendEntriesResponse
+		if err := candidate.AppendEntries("voter", inner.LocalAddr(), req, &ae); err != nil {
+			t.Fatal(err)
+		}
+		drained(reached)
 	}
-	drained(reached)
+	appendEntries(&raft.AppendEntriesRequest{LeaderCommitIndex: 30}) // a heartbeat's shape: no part of the log
+	if g.caughtUp(100) {
+		t.Fatal("a request without entries or a previous entry set a target")
+	}
+	appendEntries(&raft.AppendEntriesRequest{PrevLogEntry: 8, PrevLogTerm: 3, LeaderCommitIndex: 5,
+		Entries: []*raft.Log{{Index: 9, Term: 4}, {Index: 10, Term: 4}}})
+	appendEntries(&raft.AppendEntriesRequest{PrevLogEntry: 20, PrevLogTerm: 4, LeaderCommitIndex: 25}) // later: ignored
 	if g.caughtUp(9) {
-		t.Fatal("applied 9 of a leader's commit 10 counts as caught up")
+		t.Fatal("a log ending at 9 counts as caught up with a leader whose log was shown up to 10")
 	}
 	if !g.caughtUp(10) {
-		t.Fatal("applied the leader's commit 10 does not count as caught up")
+		t.Fatal("a log ending at 10 does not count as caught up: the target moved with a later request")
 	}
 	g.end("caught up")
 	if err := g.clearMarker(); err != nil {
