@@ -55,7 +55,8 @@ const probationFile = "probation"
 
 // voteGuard wraps the node's transport and answers the vote requests a
 // node on probation refuses itself; every other RPC goes to Raft as it
-// came, and it watches the leaders' commit indexes on the way.
+// came, and the first AppendEntries that shows part of a leader's log sets
+// the target on the way.
 type voteGuard struct {
 	raft.Transport
 	header raft.RPCHeader // this node's, for the answers it gives itself
@@ -161,7 +162,7 @@ func (g *voteGuard) Close() error {
 }
 
 // AppendEntries is sent only by a leader: leading ends the probation (a
-// first leader is sent no commit index), before any follower can hear of
+// first leader is sent nothing to catch up with), before any follower can hear of
 // this leadership, so a leadership transfer right after the first election
 // finds the old leader voting.
 func (g *voteGuard) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
