@@ -75,6 +75,7 @@ type raftStatus struct {
 	AppliedIndex uint64 `json:"applied_index"`
 	CommitIndex  uint64 `json:"commit_index"`
 	LastIndex    uint64 `json:"last_index"`
+	Probation    bool   `json:"probation"`
 }
 
 type member struct {
@@ -290,6 +291,9 @@ func renderStatus(w io.Writer, st *clusterStatusAnswer) error {
 	fmt.Fprintf(tw, "Leader:\t%s\n", leader)
 	fmt.Fprintf(tw, "Term:\t%d\n", st.Raft.Term)
 	fmt.Fprintf(tw, "Index:\tapplied %d, commit %d, last %d\n", st.Raft.AppliedIndex, st.Raft.CommitIndex, st.Raft.LastIndex)
+	if st.Raft.Probation {
+		fmt.Fprintf(tw, "Probation:\tyes: its log started empty, so it votes for no candidate until it has caught up with a leader\n")
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

@@ -19,12 +19,13 @@ import (
 
 // fakeCluster mimics crownd's cluster endpoints and their JSON.
 type fakeCluster struct {
-	mu       sync.Mutex
-	self     string
-	leader   string
-	term     uint64
-	members  []member
-	requests []string // "METHOD PATH BODY"
+	mu        sync.Mutex
+	self      string
+	leader    string
+	term      uint64
+	probation bool
+	members   []member
+	requests  []string // "METHOD PATH BODY"
 }
 
 func newFakeCluster() *fakeCluster {
@@ -67,7 +68,7 @@ func (f *fakeCluster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == "GET" && r.URL.Path == "/api/v1/cluster/status":
 		writeJSONTest(w, 200, map[string]any{"node_id": f.self, "healthy": f.leader != "",
 			"raft": map[string]any{"state": "Follower", "leader_id": f.leader, "leader_http": f.url(f.leader),
-				"term": f.term, "applied_index": 41, "commit_index": 42, "last_index": 42},
+				"term": f.term, "applied_index": 41, "commit_index": 42, "last_index": 42, "probation": f.probation},
 			"members": f.membersJSON()})
 	case r.Method == "GET" && r.URL.Path == "/api/v1/cluster/members":
 		writeJSONTest(w, 200, map[string]any{"members": f.membersJSON()})
@@ -304,6 +305,21 @@ node3  nonvoter  Nonvoter  127.0.0.1:7634  -
 `
 	if stdout != want {
 		t.Errorf("got:\n%s\nwant:\n%s", stdout, want)
+	}
+}
+
+// TestStatusOnProbation: a node whose Raft log started empty says so, and
+// that it votes again once caught up (raftnode/DESIGN.md); the line is left
+// out otherwise (TestStatusTable).
+func TestStatusOnProbation(t *testing.T) {
+	f := newFakeCluster()
+	f.probation = true
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	code, stdout, _ := runCLI(t, srv.URL, "cluster", "status")
+	want := "Index:      applied 41, commit 42, last 42\nProbation:  yes: its log started empty, so it votes for no candidate until it has caught up with a leader\n"
+	if code != 0 || !strings.Contains(stdout, want) {
+		t.Errorf("exit %d, want %q in:\n%s", code, want, stdout)
 	}
 }
 
