@@ -58,6 +58,7 @@ var templates = []template{
 	{"pause-follower", false, func(*rand.Rand) (string, string) { return "pause follower as P", "resume P" }},
 	{"kill-all", false, func(*rand.Rand) (string, string) { return "kill all", "restart killed" }},
 	{"wipe-follower", true, func(*rand.Rand) (string, string) { return "wipe follower as K", "restart K" }},
+	{"wipe-leader", true, func(*rand.Rand) (string, string) { return "wipe leader as K", "restart K" }},
 }
 
 // TemplateNames lists the fault kinds the generator draws from.
