@@ -970,25 +970,22 @@ func (a *applier) purgeBacklog(p *segments.Partition) uint64 {
 	return backlog - after
 }
 
-// cutIdle deletes the offsets of gaps (sorted, inside the segment sg) from
-// the segment, the last gap first so that the segment's head keeps its key:
-// a gap at the end is cut off, one in the middle splits the segment after
-// it (DeleteMessage of its last offset) and is then cut off the head. Each
-// gap rewrites the head once or twice; a partition has as many gaps as live
-// batches at most, one per consumer group.
+// cutIdle deletes the offsets of gaps (disjoint, sorted, inside the
+// segment sg) from the segment, the last gap first so that the segment's
+// head keeps its key: a gap with kept messages after it splits them off
+// (DeleteMessage of its last offset), and what is left of the gap is then
+// the end of the head, cut off. Each gap rewrites the head once or twice; a
+// partition has as many gaps as live batches at most, one per group.
 func (a *applier) cutIdle(p *segments.Partition, sg span, gaps []span) {
-	end := sg.last
 	for i := len(gaps) - 1; i >= 0; i-- {
 		g := gaps[i]
-		if g.last < end {
+		if g.last < sg.last {
 			must1(a.tx.DeleteMessage(p, g.last))
 			if g.first == g.last {
-				end = g.first - 1
 				continue
 			}
 		}
 		must1(a.tx.TruncateSegment(p, sg.first, g.first-sg.first))
-		end = g.first - 1
 	}
 }
 

@@ -136,10 +136,10 @@ func TestOJSIdleBacklogModel(t *testing.T) {
 		}
 		if move {
 			m.ojsOK(&OJSDeleteQueue{Name: "q", Strategy: segments.DeleteMove, Target: "t"})
-			if len(batches) > 0 {
-				if got := m.stored("t", "p"); strings.Join(got, ",") != strings.Join(wantGone, ",") {
-					t.Fatalf("seed %d: the move took %v, want %v (batches %v)", seed, got, wantGone, batches)
-				}
+			// With no live batch the move completes at once and takes the
+			// whole backlog, which is what goes() says of every offset then.
+			if got := m.stored("t", "p"); strings.Join(got, ",") != strings.Join(wantGone, ",") {
+				t.Fatalf("seed %d: the move took %v, want %v (batches %v)", seed, got, wantGone, batches)
 			}
 		} else {
 			m.ojsOK(&OJSPurgeQueue{Name: "q", States: PurgeBacklog})

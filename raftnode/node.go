@@ -259,7 +259,7 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	}
 	var transport raft.Transport = trans
 	if probation {
-		n.guard = newVoteGuard(trans, rc.LocalID, marker, true, log)
+		n.guard = newVoteGuard(trans, rc.LocalID, marker, log)
 		cleanup = append(cleanup, func() { n.guard.Close() })
 		transport = n.guard
 		log.Info("on probation: this node's Raft log started empty, so it votes only for a first bootstrap until it has caught up with a leader (raftnode/DESIGN.md)")

@@ -72,12 +72,12 @@ type voteGuard struct {
 	once     sync.Once
 }
 
-// newVoteGuard wraps t for the node id; marker is the probation file,
-// on whether the node starts on probation.
-func newVoteGuard(t raft.Transport, id raft.ServerID, marker string, on bool, log *slog.Logger) *voteGuard {
+// newVoteGuard wraps t for the node id, which starts on probation; marker
+// is the probation file.
+func newVoteGuard(t raft.Transport, id raft.ServerID, marker string, log *slog.Logger) *voteGuard {
 	g := &voteGuard{Transport: t, marker: marker, log: log, consumer: make(chan raft.RPC), stop: make(chan struct{}),
 		header: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(id), Addr: t.EncodePeer(id, t.LocalAddr())}}
-	g.on.Store(on)
+	g.on.Store(true)
 	go g.relay(t.Consumer())
 	return g
 }

@@ -23,7 +23,7 @@ func TestVoteGuardOnProbation(t *testing.T) {
 	_, candidate := raft.NewInmemTransport("cand")
 	_, inner := raft.NewInmemTransport("")
 	candidate.Connect(inner.LocalAddr(), inner)
-	g := newVoteGuard(inner, "voter", marker, true, slog.New(slog.DiscardHandler))
+	g := newVoteGuard(inner, "voter", marker, slog.New(slog.DiscardHandler))
 	defer g.Close()
 
 	// Raft's side: grant every vote that reaches it, and record it.
@@ -127,7 +127,7 @@ func TestVoteGuardLeaderEndsProbation(t *testing.T) {
 	}()
 	_, inner := raft.NewInmemTransport("")
 	inner.Connect(follower.LocalAddr(), follower)
-	g := newVoteGuard(inner, "leader", marker, true, slog.New(slog.DiscardHandler))
+	g := newVoteGuard(inner, "leader", marker, slog.New(slog.DiscardHandler))
 	defer g.Close()
 	if !g.refuses(7) {
 		t.Fatal("not on probation at the start")

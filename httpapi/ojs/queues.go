@@ -60,17 +60,29 @@ func QueueJSON(v *fsm.OJSQueueView) map[string]any {
 	return m
 }
 
-func (h *Handler) view(w http.ResponseWriter, name string) (*fsm.OJSQueueView, bool) {
+// lookup reads a queue's view: nil when there is no such queue; false once
+// a read failure has been answered.
+func (h *Handler) lookup(w http.ResponseWriter, name string) (*fsm.OJSQueueView, bool) {
 	v, err := h.state.OJSQueue(name, now())
 	if err != nil {
 		h.fail(w, newErr(500, "backend_error", "", "%v", err))
 		return nil, false
 	}
-	if v == nil {
-		h.fail(w, newErr(http.StatusNotFound, "not_found", "queue_not_found", "queue %s does not exist", name))
+	return v, true
+}
+
+// view is lookup with a missing queue answered 404.
+func (h *Handler) view(w http.ResponseWriter, name string) (*fsm.OJSQueueView, bool) {
+	v, ok := h.lookup(w, name)
+	if ok && v == nil {
+		h.fail(w, queueNotFound(name))
 		return nil, false
 	}
-	return v, true
+	return v, ok
+}
+
+func queueNotFound(name string) *Error {
+	return newErr(http.StatusNotFound, "not_found", "queue_not_found", "queue %s does not exist", name)
 }
 
 // answerQueue reads the queue back and answers {"queue": …}. When or, the
@@ -78,21 +90,21 @@ func (h *Handler) view(w http.ResponseWriter, name string) (*fsm.OJSQueueView, b
 // same log entry deleted it: the write succeeded, so its status stands and
 // the queue is rendered as the write left it, state deleted.
 func (h *Handler) answerQueue(w http.ResponseWriter, status int, name string, or *fsm.OJSResult, extra map[string]any) {
-	v, err := h.state.OJSQueue(name, now())
-	if err != nil {
-		h.fail(w, newErr(500, "backend_error", "", "%v", err))
+	v, ok := h.lookup(w, name)
+	if !ok {
 		return
 	}
-	var out map[string]any
+	var queue map[string]any
 	switch {
 	case v != nil:
-		out = map[string]any{"queue": QueueJSON(v)}
+		queue = QueueJSON(v)
 	case or != nil && or.Queue != nil:
-		out = map[string]any{"queue": deletedQueueJSON(name, or)}
+		queue = deletedQueueJSON(name, or)
 	default:
-		h.fail(w, newErr(http.StatusNotFound, "not_found", "queue_not_found", "queue %s does not exist", name))
+		h.fail(w, queueNotFound(name))
 		return
 	}
+	out := map[string]any{"queue": queue}
 	for k, x := range extra {
 		out[k] = x
 	}
@@ -568,9 +580,8 @@ func (h *Handler) deleteQueue(w http.ResponseWriter, r *http.Request, a []string
 		out["target_queue"] = c.Target
 	}
 	if or.Pending {
-		v, err := h.state.OJSQueue(name, now())
-		if err != nil {
-			h.fail(w, newErr(500, "backend_error", "", "%v", err))
+		v, ok := h.lookup(w, name)
+		if !ok {
 			return
 		}
 		if v != nil {

@@ -289,11 +289,11 @@ func (n *Netns) Kill(id string) error {
 
 // Wipe implements Backend.
 func (n *Netns) Wipe(id string) error {
-	p, err := n.proc(id)
+	p, err := n.proc(id) // an unknown id is an error, not a directory to delete
 	if err != nil {
 		return err
 	}
-	if p.getState() != Killed && p.getState() != Stopped {
+	if st := p.getState(); st != Killed && st != Stopped {
 		if err := p.kill(); err != nil {
 			return err
 		}
