@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -59,23 +60,45 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// freeHostPorts returns n loopback ports that were free a moment ago.
+// freeHostPorts returns n loopback ports that were free a moment ago, taken
+// below the kernel's ephemeral range: no connect and no bind to port 0
+// hands out a port there, so the tests running meanwhile (whose servers
+// listen on port 0) cannot take one before docker or crownd binds it. Ports
+// picked in the ephemeral range once lost that race in CI ("bind: address
+// already in use" from docker's proxy).
 func freeHostPorts(t *testing.T, n int) []int {
 	t.Helper()
-	var lns []net.Listener
+	lo, hi := 10000, ephemeralLow()
+	span := hi - lo
+	start := mrand.IntN(span) // tests picking at once start apart
 	var out []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	for i := 0; i < span && len(out) < n; i++ {
+		p := lo + (start+i)%span
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
-			t.Fatal(err)
+			continue
 		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
 		ln.Close()
+		out = append(out, p)
+	}
+	if len(out) < n {
+		t.Fatalf("only %d free loopback ports in %d-%d", len(out), lo, hi-1)
 	}
 	return out
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// default when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 10000 {
+				return n
+			}
+		}
+	}
+	return 32768
 }
 
 // repoRoot walks up from the working directory to go.mod.
