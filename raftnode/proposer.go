@@ -28,13 +28,22 @@ type ProposerConfig struct {
 	// every entry costs an fsync and a bbolt commit on each node.
 	MaxInflight int
 	// Linger holds an under-full batch back up to this long to let it fill
-	// (default 1 ms), but only while the node is busy (the previous entry
+	// (default DefaultLinger), but only while the node is busy (the previous entry
 	// carried more than one command), so a lone request on an idle node
-	// never waits. Negative: never.
+	// never waits, and only until as many commands have arrived since the
+	// previous entry was answered as that entry carried: its clients are
+	// the ones expected back. Negative: never.
 	Linger time.Duration
 	// EnqueueTimeout bounds how long Raft may take to accept an entry (default 10 s).
 	EnqueueTimeout time.Duration
 }
+
+// DefaultLinger bounds the linger. It must exceed the time a client takes
+// from its answer to its next request reaching the leader, or the clients
+// of consecutive entries never meet in one (with a follower's relay on a
+// busy 2-core machine that took 1-3 ms); an entry whose clients are all
+// back goes out without waiting the rest of it.
+const DefaultLinger = 3 * time.Millisecond
 
 func (c *ProposerConfig) defaults() {
 	if c.MaxCommands <= 0 {
@@ -49,7 +58,7 @@ func (c *ProposerConfig) defaults() {
 	// Negative stays negative (never linger), so that applying the
 	// defaults twice (Config.defaults, then newProposer) keeps it.
 	if c.Linger == 0 {
-		c.Linger = time.Millisecond
+		c.Linger = DefaultLinger
 	}
 	if c.EnqueueTimeout <= 0 {
 		c.EnqueueTimeout = 10 * time.Second
@@ -71,9 +80,20 @@ type Proposer struct {
 	exited chan struct{}
 	wg     sync.WaitGroup
 	once   sync.Once
-	// busy is set when the previous entry carried more than one command.
-	busy  bool
-	stats proposerStats
+	// seq numbers proposals as they are queued; answered is the mark the
+	// last answered entry left (see run).
+	seq      atomic.Uint64
+	answered atomic.Pointer[answerMark]
+	stats    proposerStats
+}
+
+// answerMark is left by an entry as its slot is given back: the sequence
+// number queued last by then, and how many commands the entry carried.
+// Proposals numbered after it arrived after the answers went out, and
+// about that many are expected: a client answered tends to come back.
+type answerMark struct {
+	seq   uint64
+	count int
 }
 
 // proposerStats counts what group commit did on this node since it
@@ -89,6 +109,7 @@ type proposerStats struct {
 
 type proposal struct {
 	framed []byte // the command encoded by fsm.FrameCommand
+	seq    uint64 // from Proposer.seq, taken just before it is queued
 	out    chan outcome
 	taken  atomic.Bool // run has it: it will be answered
 }
@@ -119,7 +140,7 @@ func (p *Proposer) Propose(ctx context.Context, cmd fsm.Command) (any, uint64, e
 	if err != nil {
 		return nil, 0, err
 	}
-	pr := &proposal{framed: framed, out: make(chan outcome, 1)}
+	pr := &proposal{framed: framed, seq: p.seq.Add(1), out: make(chan outcome, 1)}
 	select {
 	case p.in <- pr:
 		if fn, _ := ctx.Value(enqueuedKey{}).(func()); fn != nil {
@@ -207,10 +228,18 @@ func (p *Proposer) run() {
 		var (
 			linger <-chan time.Time
 			timer  *time.Timer
+			// back counts the commands that arrived after the last entry
+			// was answered; the linger ends once expect have.
+			back, expect int
+			mark         uint64
 		)
-		if p.cfg.Linger > 0 && p.busy {
+		if m := p.answered.Load(); p.cfg.Linger > 0 && m != nil && m.count > 1 {
 			timer = time.NewTimer(p.cfg.Linger)
 			linger = timer.C
+			mark, expect = m.seq, m.count
+			if first.seq > mark {
+				back++
+			}
 		}
 		// add takes pr into the batch unless it would carry the entry past
 		// MaxBytes: then it opens the next entry (a command larger than
@@ -222,10 +251,17 @@ func (p *Proposer) run() {
 				return false
 			}
 			batch, size = append(batch, pr), size+len(pr.framed)
+			if pr.seq > mark {
+				back++
+			}
 			return true
 		}
 	fill:
 		for len(batch) < p.cfg.MaxCommands && size < p.cfg.MaxBytes {
+			if linger != nil && back >= expect {
+				// Everyone expected is back: take what is queued, no more.
+				linger = nil
+			}
 			if linger == nil {
 				select {
 				case pr := <-p.in:
@@ -252,7 +288,6 @@ func (p *Proposer) run() {
 		}
 		p.stats.Entries.Add(1)
 		p.stats.Commands.Add(uint64(len(batch)))
-		p.busy = len(batch) > 1
 		p.submit(batch)
 	}
 }
@@ -281,6 +316,9 @@ func (p *Proposer) submit(batch []*proposal) {
 	go func() {
 		defer p.wg.Done()
 		err := fut.Error()
+		// The mark goes before the slot, so that run, which takes the
+		// slot next, sees it.
+		p.answered.Store(&answerMark{seq: p.seq.Load(), count: len(batch)})
 		<-p.slots
 		if err != nil {
 			err = mapApplyError(err)

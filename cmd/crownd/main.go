@@ -107,7 +107,7 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	fs.Uint64Var(&c.Raft.TrailingLogs, "raft-trailing-logs", 16384, "log entries kept after a snapshot so a restarted node catches up from the log")
 	fs.Uint64Var(&c.Raft.TrailingLogBytes, "raft-trailing-log-bytes", 256<<20, "at most this many bytes of those entries: fewer are kept when the newest are large (one at least)")
 	fs.IntVar(&c.Raft.Proposer.MaxInflight, "commit-inflight", 1, "group commit: log entries in flight at once; requests arriving meanwhile share the next entry")
-	fs.DurationVar(&c.Raft.Proposer.Linger, "commit-linger", time.Millisecond, "group commit: how long an under-full entry may wait for more requests while the node is busy (negative: never)")
+	fs.DurationVar(&c.Raft.Proposer.Linger, "commit-linger", raftnode.DefaultLinger, "group commit: how long an under-full entry may wait, while the node is busy, for the clients the previous entry answered to come back (negative: never)")
 	// The usage answers --help on stdout (exit 0) and follows a bad
 	// command line's error on stderr (exit 2).
 	usage := func(w io.Writer) {

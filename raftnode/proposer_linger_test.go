@@ -1,0 +1,120 @@
+package raftnode
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lingerNode is a single node whose linger is far longer than any client
+// here takes to come back, so that an entry that waited it out shows in
+// the Lingered counter and nowhere else.
+func lingerNode(t *testing.T) *testNode {
+	t.Helper()
+	cfg := fastConfig("n1", freeAddr(t), t.TempDir(), nil)
+	cfg.Proposer.MaxInflight = 1
+	cfg.Proposer.Linger = 500 * time.Millisecond
+	n := startNode(t, cfg)
+	waitLeader(t, n)
+	if _, _, err := n.node.Propose(context.Background(), push("q", "warm-up")); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Clients that come back after their answer join the next entry together,
+// and the linger ends as soon as the last of them is back: it does not
+// wait out its whole length in every entry, as it once did.
+func TestLingerEndsWhenAnsweredClientsAreBack(t *testing.T) {
+	n := lingerNode(t)
+	st0 := n.node.Status()
+	const clients, each = 8, 25
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				if _, _, err := n.node.Propose(context.Background(), push("q", fmt.Sprintf("c%d-%d", c, i))); err != nil {
+					errs <- err
+					return
+				}
+				// A client's own work between answer and next request.
+				time.Sleep(time.Millisecond)
+			}
+		}(c)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	st := n.node.Status()
+	entries := st.ProposedEntries - st0.ProposedEntries
+	commands := st.ProposedCommands - st0.ProposedCommands
+	lingered := st.Lingered - st0.Lingered
+	t.Logf("%d commands in %d entries, %d waited out the linger", commands, entries, lingered)
+	if commands != clients*each {
+		t.Fatalf("proposer counted %d commands, want %d", commands, clients*each)
+	}
+	// Each client has one request out at a time: an entry holds at most
+	// one of each, and a full cohort is clients of them.
+	if commands < 4*entries {
+		t.Fatalf("%d commands in %d entries: the clients did not come back into one entry", commands, entries)
+	}
+	// Only entries that some client never came back to (the last rounds,
+	// as clients finish) wait out the linger.
+	if lingered*4 > entries {
+		t.Fatalf("%d of %d entries waited out the linger with every client back", lingered, entries)
+	}
+}
+
+// An entry whose clients do not all come back waits out the linger for
+// them, but only that long.
+func TestLingerWaitsForClientsNotBack(t *testing.T) {
+	n := lingerNode(t)
+	// Two commands answered by one entry: both clients are expected back.
+	for attempt := 0; ; attempt++ {
+		if attempt == 50 {
+			t.Fatal("two concurrent commands never shared an entry")
+		}
+		var wg sync.WaitGroup
+		for c := 0; c < 2; c++ {
+			wg.Add(1)
+			go func(c int) {
+				defer wg.Done()
+				if _, _, err := n.node.Propose(context.Background(), push("q", fmt.Sprintf("pair%d-%d", attempt, c))); err != nil {
+					t.Error(err)
+				}
+			}(c)
+		}
+		wg.Wait()
+		if m := n.node.proposer.answered.Load(); m != nil && m.count == 2 {
+			break
+		}
+		// The pair went out as two entries: wait out whatever linger the
+		// second one started, so that the next pair starts idle.
+		if _, _, err := n.node.Propose(context.Background(), push("q", fmt.Sprintf("idle%d", attempt))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := n.node.Status().Lingered
+	// Only one of the two comes back.
+	if _, _, err := n.node.Propose(context.Background(), push("q", "alone")); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.node.Status().Lingered - before; got != 1 {
+		t.Fatalf("the entry after a pair, with one client back, lingered %d times, want 1", got)
+	}
+	// That entry carried one command: the next lone command does not wait.
+	before++
+	if _, _, err := n.node.Propose(context.Background(), push("q", "idle")); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.node.Status().Lingered - before; got != 0 {
+		t.Fatalf("a lone command after a lone entry lingered %d times", got)
+	}
+}
