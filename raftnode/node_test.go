@@ -123,29 +123,7 @@ func TestGroupCommitCoalesces(t *testing.T) {
 	st0 := n.node.Status()
 	before := st0.LastIndex
 	const clients, each = 32, 20
-	var wg sync.WaitGroup
-	errs := make(chan error, clients*each)
-	for c := 0; c < clients; c++ {
-		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			for i := 0; i < each; i++ {
-				res, _, err := n.node.Propose(context.Background(), push("q", fmt.Sprintf("c%d-%d", c, i)))
-				if err != nil {
-					errs <- err
-					return
-				}
-				if res.(*fsm.PushResult).Items[0].Status != fsm.PushQueued {
-					errs <- fmt.Errorf("client %d item %d not queued", c, i)
-				}
-			}
-		}(c)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	proposeFromClients(t, n, clients, each, 0)
 	st := n.node.Status()
 	entries := st.LastIndex - before
 	if entries >= clients*each/2 {
@@ -445,5 +423,37 @@ func TestReadIndexAfterElectionNeedsNoCommand(t *testing.T) {
 	defer cancel()
 	if err := n.node.WaitApplied(ctx, idx); err != nil {
 		t.Fatalf("read barrier at %d with nothing to apply: %v", idx, err)
+	}
+}
+
+// proposeFromClients has clients goroutines propose each pushes apiece, one
+// at a time, pausing between an answer and the next request (a client's
+// own work), and fails t if any push is not queued.
+func proposeFromClients(t *testing.T, n *testNode, clients, each int, pause time.Duration) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				res, _, err := n.node.Propose(context.Background(), push("q", fmt.Sprintf("c%d-%d", c, i)))
+				if err != nil {
+					errs <- err
+					return
+				}
+				if res.(*fsm.PushResult).Items[0].Status != fsm.PushQueued {
+					errs <- fmt.Errorf("client %d item %d not queued", c, i)
+					return
+				}
+				time.Sleep(pause)
+			}
+		}(c)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }

@@ -31,27 +31,9 @@ func TestLingerEndsWhenAnsweredClientsAreBack(t *testing.T) {
 	n := lingerNode(t)
 	st0 := n.node.Status()
 	const clients, each = 8, 25
-	var wg sync.WaitGroup
-	errs := make(chan error, clients)
-	for c := 0; c < clients; c++ {
-		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			for i := 0; i < each; i++ {
-				if _, _, err := n.node.Propose(context.Background(), push("q", fmt.Sprintf("c%d-%d", c, i))); err != nil {
-					errs <- err
-					return
-				}
-				// A client's own work between answer and next request.
-				time.Sleep(time.Millisecond)
-			}
-		}(c)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	// A millisecond stands for a client's own work between answer and
+	// next request.
+	proposeFromClients(t, n, clients, each, time.Millisecond)
 	st := n.node.Status()
 	entries := st.ProposedEntries - st0.ProposedEntries
 	commands := st.ProposedCommands - st0.ProposedCommands
