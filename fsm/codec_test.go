@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -311,5 +312,47 @@ func TestCodecOptionsEveryField(t *testing.T) {
 	}
 	if reflect.TypeOf(segments.Options{}).NumField() != 17 {
 		t.Fatalf("Options has %d fields: extend custom()", reflect.TypeOf(segments.Options{}).NumField())
+	}
+}
+
+// FrameCommand sizes a push's buffer from encodedSizeHint so that it is
+// allocated once: the hint must bound the encoding, whatever the lengths of
+// the fields (msgpack's headers grow with them), and not overshoot by more
+// than the per-field allowance.
+func TestPushSizeHintBoundsEncoding(t *testing.T) {
+	long := func(n int) string { return strings.Repeat("x", n) }
+	cases := []struct {
+		name  string
+		items []PushItem
+	}{
+		{"empty", nil},
+		{"one tiny", []PushItem{{Queue: "q", Partition: "p", TxID: "t", Payload: []byte("1")}}},
+		{"traced and signed", []PushItem{{Queue: "q", Partition: "p", TxID: "t", HasTrace: true, TraceID: [16]byte{1}, ProducerSub: "alice", Payload: []byte(`{}`)}}},
+		{"names past str8", []PushItem{{Queue: long(255), Partition: long(300), TxID: long(255), ProducerSub: long(70000), Payload: make([]byte, 70000)}}},
+		{"hundred of 256 bytes", benchItems("q", 8, 100, "tx-")},
+		{"many small", benchItems("orders", 10000, 1000, "")},
+	}
+	for _, c := range cases {
+		for _, cmd := range []interface {
+			Command
+			sizeHinter
+		}{&Push{Items: c.items}, &PushAs{Principal: "svc-" + long(40), Items: c.items}} {
+			framed, err := FrameCommand(nil, cmd)
+			if err != nil {
+				t.Fatalf("%s %T: %v", c.name, cmd, err)
+			}
+			bound := frameOverhead + cmd.encodedSizeHint()
+			if len(framed) > bound {
+				t.Errorf("%s %T: encodes to %d bytes, hint bounds %d: FrameCommand regrows", c.name, cmd, len(framed), bound)
+			}
+			if slack := bound - len(framed); slack > 64+40*len(c.items) {
+				t.Errorf("%s %T: hint %d bytes over the encoding of %d", c.name, cmd, slack, len(framed))
+			}
+			// The framed command still decodes to what was encoded.
+			e, err := DecodeEntry(AppendFramedEntry(nil, 1, "n1", [][]byte{framed}))
+			if err != nil || len(e.Commands) != 1 {
+				t.Fatalf("%s %T: decode: %v", c.name, cmd, err)
+			}
+		}
 	}
 }

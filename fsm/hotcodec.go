@@ -33,6 +33,21 @@ func encodeItem(enc *msgpack.Encoder, it *PushItem) error {
 	)
 }
 
+// itemsSizeHint bounds what encodeItems writes for items: each of an item's
+// seven fields has a msgpack header of at most 5 bytes, and its array one
+// of 1 (items have 7 fields; the list's own header is at most 5 bytes).
+func itemsSizeHint(items []PushItem) int {
+	n := 5
+	for i := range items {
+		it := &items[i]
+		n += 1 + 7*5 + len(it.Queue) + len(it.Partition) + len(it.TxID) + len(it.ProducerSub) + len(it.Payload)
+		if it.HasTrace {
+			n += len(it.TraceID)
+		}
+	}
+	return n
+}
+
 func encodeItems(enc *msgpack.Encoder, items []PushItem) error {
 	if err := enc.EncodeArrayLen(len(items)); err != nil {
 		return err
@@ -90,6 +105,9 @@ func decodeItems(r *mpReader) ([]PushItem, error) {
 	}
 	return items, nil
 }
+
+// encodedSizeHint bounds the body EncodeMsgpack writes (FrameCommand).
+func (c *Push) encodedSizeHint() int { return 1 + itemsSizeHint(c.Items) }
 
 // EncodeMsgpack implements msgpack.CustomEncoder.
 func (c *Push) EncodeMsgpack(enc *msgpack.Encoder) error {

@@ -338,6 +338,9 @@ func (c *OJSSweep) Validate() error {
 
 // ---- PushAs codec: [principal, [items…]], read without copying payloads ----
 
+// encodedSizeHint bounds the body EncodeMsgpack writes (FrameCommand).
+func (c *PushAs) encodedSizeHint() int { return 1 + 5 + len(c.Principal) + itemsSizeHint(c.Items) }
+
 // EncodeMsgpack implements msgpack.CustomEncoder.
 func (c *PushAs) EncodeMsgpack(enc *msgpack.Encoder) error {
 	if err := errors.Join(enc.EncodeArrayLen(2), enc.EncodeString(c.Principal)); err != nil {
