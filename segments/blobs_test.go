@@ -686,3 +686,47 @@ func TestScannedPayloadsOutliveTheirTransaction(t *testing.T) {
 		}
 	}
 }
+
+// blobSet.pendingHint: an appending transaction's buffer is sized from the
+// most the recent transactions appended, so group commits that vary by
+// half from one to the next append into the buffer they started with
+// instead of outgrowing it (a buffer outgrown is copied into one twice its
+// size). Sized from the last transaction alone, the third one here (6
+// segments after 4) outgrew its buffer.
+func TestPendingBufferSizedFromRecentTransactions(t *testing.T) {
+	_, s, p := filledStore(t, 1)
+	defer s.Close()
+	payload := bytes.Repeat([]byte("x"), 4000)
+	for i, n := range []int{8, 4, 6, 5, 8, 4, 4, 7, 8, 5, 6, 8} {
+		update(t, s, func(tx *Tx) error {
+			var startCap int
+			for j := range n {
+				stored, err := tx.PartitionByID(p.ID)
+				if err != nil {
+					return err
+				}
+				*p = *stored
+				seq, err := tx.ReserveIDs(1)
+				if err != nil {
+					return err
+				}
+				msg := []Message{{TxID: fmt.Sprintf("t%d-%d", i, j), Payload: payload}}
+				if _, err := tx.AppendSegment(p, int64(1000+i), seq, msg); err != nil {
+					return err
+				}
+				if err := tx.PutPartition(p); err != nil {
+					return err
+				}
+				if j == 0 {
+					startCap = cap(tx.w.pending)
+				}
+			}
+			if i > 0 && cap(tx.w.pending) != startCap {
+				t.Errorf("transaction %d (%d segments): the pending buffer grew from %d to %d bytes for %d appended",
+					i, n, startCap, cap(tx.w.pending), len(tx.w.pending))
+			}
+			return nil
+		})
+	}
+	checkAccounting(t, s)
+}
