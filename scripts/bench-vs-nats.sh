@@ -33,7 +33,10 @@ on the machine: NATS JetStream (nats-server, R3 file-storage streams, durable
 pull consumers with explicit acks; driver: cmd/internal/natsbench), then
 Crown (crownd via scripts/cluster.sh; driver: crownctl bench run). Then it
 prints both results side by side with the Crown/JetStream ratio of each
-figure (crownctl bench compare), also saved in $WORK/compare.txt.
+figure (crownctl bench compare), also saved in $WORK/compare.txt, and under
+it the servers' CPU seconds during each run and the CPU time the hypervisor
+stole from the machine meanwhile (/proc/stat): a run with steal ran on less
+than the machine, and its rates compare with nothing.
 
 Default workload: ${DEFAULT_FLAGS[*]}
 Any flag of 'crownctl bench run' (both drivers accept the same workload
@@ -218,6 +221,15 @@ cpu_ticks() {
 	echo "$total"
 }
 
+# steal_ticks: clock ticks the hypervisor has given this machine's CPUs to
+# other guests since boot (the steal column of /proc/stat; 0 where absent).
+# A run during which it grows ran on less than the machine, and on the
+# 2-vCPU hosts we measure on it has taken more than half of a run: such a
+# run's rates say nothing about either broker, so every report shows it.
+steal_ticks() {
+	awk '$1 == "cpu" { print ($9 == "" ? 0 : $9); exit }' /proc/stat 2>/dev/null || echo 0
+}
+
 # cpu_seconds TICKS
 cpu_seconds() {
 	awk -v t="$1" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", t / hz }'
@@ -255,12 +267,15 @@ run_phases() {
 	local broker="$1" bench="$2"
 	shift 2
 	local produce="$WORK/$broker-produce.json" consume="$WORK/$broker-consume.json"
-	local c0 c1 run_id count confirmed
+	local c0 c1 s0 s1 run_id count confirmed
 	log "produce-only phase against $broker"
 	c0="$(cpu_ticks "$@")"
+	s0="$(steal_ticks)"
 	"$bench" "${PHASE_FLAGS[@]}" --mode produce >"$produce" || PHASES_RC=1
 	c1="$(cpu_ticks "$@")"
+	s1="$(steal_ticks)"
 	CPU[$broker-produce]="$(cpu_seconds $((c1 - c0)))"
+	STEAL[$broker-produce]="$(cpu_seconds $((s1 - s0)))"
 	if [[ ! -s "$produce" ]]; then
 		log "the produce-only run against $broker wrote no report: no consume-only run"
 		PHASES_RC=1
@@ -284,6 +299,7 @@ run_phases() {
 	log "consume-only phase against $broker (run $run_id, count $count)"
 	"$bench" "${PHASE_FLAGS[@]}" --mode consume --run-id "$run_id" --count "$count" >"$consume" || PHASES_RC=1
 	CPU[$broker-consume]="$(cpu_seconds $(($(cpu_ticks "$@") - c1)))"
+	STEAL[$broker-consume]="$(cpu_seconds $(($(steal_ticks) - s1)))"
 	[[ -s "$consume" ]] || PHASES_RC=1
 	return 0
 }
@@ -298,7 +314,7 @@ main_phases() {
 	# The run id goes before the given flags, so that a --run-id given wins.
 	PHASE_FLAGS=("${DEFAULT_FLAGS[@]}" --run-id "$run_id" "$@")
 	PHASES_RC=0
-	declare -gA CPU=()
+	declare -gA CPU=() STEAL=()
 	local f broker phase
 	for f in {jetstream,crown}-{produce,consume}.json compare-phases.txt; do
 		rm -f -- "${WORK:?}/$f"
@@ -326,6 +342,8 @@ main_phases() {
 			"$BIN_DIR/crownctl" bench compare "$WORK/crown-$phase.json" "$WORK/jetstream-$phase.json"
 			echo "server CPU during the $phase-only run (3 nodes, user+system): crown ${CPU[crown-$phase]} s," \
 				"jetstream ${CPU[jetstream-$phase]} s (crown/jetstream $(ratio "${CPU[crown-$phase]}" "${CPU[jetstream-$phase]}"))"
+			echo "CPU time stolen by the hypervisor during the $phase-only run (all cores): crown ${STEAL[crown-$phase]} s," \
+				"jetstream ${STEAL[jetstream-$phase]} s"
 			echo
 		done
 		echo "machine: $(nproc) cores, load average before the runs: $LOAD_BEFORE"
@@ -389,20 +407,24 @@ main() {
 	local rc=0
 	LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
 	log "workload: ${flags[*]}"
-	local c0 nats_cpu crown_cpu
+	local c0 s0 nats_cpu crown_cpu nats_steal crown_steal
 	local -a nats_pids=("$NATS_DIR"/n{1,2,3}.pid) crown_pids=("$CROWN_DIR"/node{1,2,3}.pid)
 	start_nats
 	log "running the workload against JetStream"
 	c0="$(cpu_ticks "${nats_pids[@]}")"
+	s0="$(steal_ticks)"
 	"$BIN_DIR/natsbench" --url "$(nats_urls)" "${flags[@]}" --json >"$WORK/jetstream.json" || rc=1
 	nats_cpu="$(cpu_seconds $(($(cpu_ticks "${nats_pids[@]}") - c0)))"
+	nats_steal="$(cpu_seconds $(($(steal_ticks) - s0)))"
 	stop_nats
 
 	crown_cluster start >&2
 	log "running the workload against Crown"
 	c0="$(cpu_ticks "${crown_pids[@]}")"
+	s0="$(steal_ticks)"
 	"$BIN_DIR/crownctl" --url "$(crown_urls)" bench run "${flags[@]}" --json >"$WORK/crown.json" || rc=1
 	crown_cpu="$(cpu_seconds $(($(cpu_ticks "${crown_pids[@]}") - c0)))"
+	crown_steal="$(cpu_seconds $(($(steal_ticks) - s0)))"
 	crown_cluster stop >&2
 
 	[[ -s "$WORK/jetstream.json" && -s "$WORK/crown.json" ]] || die "a run wrote no report (see above)"
@@ -411,6 +433,7 @@ main() {
 		"$BIN_DIR/crownctl" bench compare "$WORK/crown.json" "$WORK/jetstream.json"
 		echo "server CPU during the run (3 nodes, user+system): crown ${crown_cpu} s, jetstream ${nats_cpu} s" \
 			"(crown/jetstream $(awk -v a="$crown_cpu" -v b="$nats_cpu" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'))"
+		echo "CPU time stolen by the hypervisor during the run (all cores): crown ${crown_steal} s, jetstream ${nats_steal} s"
 		echo "machine: $(nproc) cores, load average before the run: $LOAD_BEFORE"
 	} | tee "$WORK/compare.txt"
 	return "$rc"
