@@ -3,7 +3,6 @@ package raftnode
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 )
@@ -59,29 +58,39 @@ func TestLingerEndsWhenAnsweredClientsAreBack(t *testing.T) {
 func TestLingerWaitsForClientsNotBack(t *testing.T) {
 	n := lingerNode(t)
 	// Two commands answered by one entry: both clients are expected back.
-	for attempt := 0; ; attempt++ {
-		if attempt == 50 {
-			t.Fatal("two concurrent commands never shared an entry")
+	// They queue behind a staged entry in flight, so that they go out
+	// together whatever the scheduler does (two goroutines proposing at
+	// once share an entry only if the second is queued before the
+	// proposer looks, which a busy machine rarely allows).
+	p := n.node.proposer
+	p.slots <- struct{}{}
+	errs := make(chan error, 2)
+	for c := range 2 {
+		go func() {
+			_, _, err := n.node.Propose(context.Background(), push("q", fmt.Sprintf("pair-%d", c)))
+			errs <- err
+		}()
+		// The first is taken by the proposer, which then waits for the
+		// slot; the second must be queued behind it.
+		deadline := time.Now().Add(5 * time.Second)
+		for len(p.in) != c && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
 		}
-		var wg sync.WaitGroup
-		for c := 0; c < 2; c++ {
-			wg.Add(1)
-			go func(c int) {
-				defer wg.Done()
-				if _, _, err := n.node.Propose(context.Background(), push("q", fmt.Sprintf("pair%d-%d", attempt, c))); err != nil {
-					t.Error(err)
-				}
-			}(c)
+		if c == 0 {
+			time.Sleep(20 * time.Millisecond)
 		}
-		wg.Wait()
-		if m := n.node.proposer.answered.Load(); m != nil && m.count == 2 {
-			break
+		if len(p.in) != c {
+			t.Fatalf("staging: %d commands queued, want %d", len(p.in), c)
 		}
-		// The pair went out as two entries: wait out whatever linger the
-		// second one started, so that the next pair starts idle.
-		if _, _, err := n.node.Propose(context.Background(), push("q", fmt.Sprintf("idle%d", attempt))); err != nil {
+	}
+	<-p.slots
+	for range 2 {
+		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
+	}
+	if m := p.answered.Load(); m == nil || m.count != 2 {
+		t.Fatalf("the staged pair went out as entries of %+v commands, want one of 2", m)
 	}
 	before := n.node.Status().Lingered
 	// Only one of the two comes back.
