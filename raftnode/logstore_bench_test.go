@@ -13,6 +13,50 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
+// benchLog is a raft-boltdb log in a benchmark's temporary directory,
+// appended to with entries of the same bytes.
+type benchLog struct {
+	b     *testing.B
+	store *raftboltdb.BoltStore
+	next  uint64
+}
+
+func openBenchLog(b *testing.B, opts *bolt.Options) *benchLog {
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(b.TempDir(), "raft.db"), BoltOptions: opts})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { store.Close() })
+	return &benchLog{b: b, store: store, next: 1}
+}
+
+// append stores n entries holding data with one StoreLogs (one commit).
+func (l *benchLog) append(n int, data []byte) {
+	logs := make([]*raft.Log, n)
+	for i := range logs {
+		logs[i] = &raft.Log{Index: l.next, Term: 1, Type: raft.LogCommand, Data: data}
+		l.next++
+	}
+	if err := l.store.StoreLogs(logs); err != nil {
+		l.b.Fatal(err)
+	}
+}
+
+// measure runs op b.N times as the benchmark, size bytes an op, and reports
+// what reached the disk an op (written-B/op) where Linux tells.
+func measure(b *testing.B, size int64, op func()) {
+	w0 := writeBytes()
+	b.SetBytes(size)
+	b.ResetTimer()
+	for range b.N {
+		op()
+	}
+	b.StopTimer()
+	if w0 >= 0 {
+		b.ReportMetric(float64(writeBytes()-w0)/float64(b.N), "written-B/op")
+	}
+}
+
 // BenchmarkLogStoreAppend measures one fsynced append of a group-commit
 // sized entry to a log in its steady state: TrailingLogs entries kept and the
 // snapshot's worth before them just deleted, so bbolt's freelist holds every
@@ -28,39 +72,15 @@ func BenchmarkLogStoreAppend(b *testing.B) {
 		{"freelist=unsynced", logStoreBoltOptions()},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(b.TempDir(), "raft.db"), BoltOptions: c.opts})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer store.Close()
+			log := openBenchLog(b, c.opts)
 			data := bytes.Repeat([]byte{0xa5}, entry)
-			next := uint64(1)
-			appendN := func(n int) {
-				logs := make([]*raft.Log, n)
-				for i := range logs {
-					logs[i] = &raft.Log{Index: next, Term: 1, Type: raft.LogCommand, Data: data}
-					next++
-				}
-				if err := store.StoreLogs(logs); err != nil {
-					b.Fatal(err)
-				}
-			}
 			for range 8192 / 64 {
-				appendN(64)
+				log.append(64, data)
 			}
-			if err := store.DeleteRange(1, 4096); err != nil {
+			if err := log.store.DeleteRange(1, 4096); err != nil {
 				b.Fatal(err)
 			}
-			w0 := writeBytes()
-			b.SetBytes(entry)
-			b.ResetTimer()
-			for range b.N {
-				appendN(1)
-			}
-			b.StopTimer()
-			if w0 >= 0 {
-				b.ReportMetric(float64(writeBytes()-w0)/float64(b.N), "written-B/op")
-			}
+			measure(b, entry, func() { log.append(1, data) })
 		})
 	}
 }
@@ -76,36 +96,12 @@ func BenchmarkLogStoreRound(b *testing.B) {
 	const round = 160 << 10
 	for _, k := range []int{1, 2, 5, 10} {
 		b.Run(fmt.Sprintf("entries=%d", k), func(b *testing.B) {
-			store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(b.TempDir(), "raft.db"), BoltOptions: logStoreBoltOptions()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer store.Close()
+			log := openBenchLog(b, logStoreBoltOptions())
 			data := bytes.Repeat([]byte{0xa5}, round/k)
-			next := uint64(1)
-			appendRound := func() {
-				logs := make([]*raft.Log, k)
-				for i := range logs {
-					logs[i] = &raft.Log{Index: next, Term: 1, Type: raft.LogCommand, Data: data}
-					next++
-				}
-				if err := store.StoreLogs(logs); err != nil {
-					b.Fatal(err)
-				}
-			}
 			for range 64 {
-				appendRound()
+				log.append(k, data)
 			}
-			w0 := writeBytes()
-			b.SetBytes(round)
-			b.ResetTimer()
-			for range b.N {
-				appendRound()
-			}
-			b.StopTimer()
-			if w0 >= 0 {
-				b.ReportMetric(float64(writeBytes()-w0)/float64(b.N), "written-B/op")
-			}
+			measure(b, round, func() { log.append(k, data) })
 		})
 	}
 }

@@ -166,18 +166,7 @@ func TestProposerEntryStaysWithinMaxBytes(t *testing.T) {
 			cmd := &fsm.Push{Items: []fsm.PushItem{{Queue: "q", Partition: "p", TxID: fmt.Sprintf("big-%d", i), Payload: big}}}
 			_, _, errs[i] = n.node.Propose(context.Background(), cmd)
 		}(i)
-		// One at a time, in order: the first is taken by the proposer,
-		// which then waits for the slot; the others wait in its queue.
-		deadline := time.Now().Add(5 * time.Second)
-		for len(p.in) != i && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
-		if i == 0 {
-			time.Sleep(20 * time.Millisecond)
-		}
-		if len(p.in) != i {
-			t.Fatalf("staging: %d commands queued, want %d", len(p.in), i)
-		}
+		waitStaged(t, p, i)
 	}
 	<-p.slots // the staged entry is applied
 	wg.Wait()
@@ -302,18 +291,7 @@ func TestProposerBatchKeepsOrderAndOwnResults(t *testing.T) {
 			defer wg.Done()
 			results[i], _, errs[i] = n.node.Propose(context.Background(), cmd)
 		}(i)
-		// The first is taken by the proposer (which then waits for the
-		// slot); each later one must be queued before the next is sent.
-		deadline := time.Now().Add(5 * time.Second)
-		for len(p.in) != i && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
-		if i == 0 {
-			time.Sleep(20 * time.Millisecond)
-		}
-		if len(p.in) != i {
-			t.Fatalf("staging: %d queued, want %d", len(p.in), i)
-		}
+		waitStaged(t, p, i)
 	}
 	<-p.slots
 	wg.Wait()
@@ -341,5 +319,25 @@ func TestProposerBatchKeepsOrderAndOwnResults(t *testing.T) {
 			t.Errorf("command %d: message id %x not after the previous command's %x: not applied in arrival order", i, id, prev)
 		}
 		prev = id
+	}
+}
+
+// waitStaged waits until the i-th command sent behind a staged entry in
+// flight (the test holds the proposer's only slot) has its place: the first
+// (i 0) is taken by the proposer, which then waits for the slot, and each
+// later one waits in its queue, so that the commands keep the order they
+// were sent in.
+func waitStaged(t *testing.T, p *Proposer, i int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(p.in) != i && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if i == 0 {
+		// Queue empty: give the proposer time to take the first.
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(p.in) != i {
+		t.Fatalf("staging: %d commands queued, want %d", len(p.in), i)
 	}
 }

@@ -70,18 +70,7 @@ func TestLingerWaitsForClientsNotBack(t *testing.T) {
 			_, _, err := n.node.Propose(context.Background(), push("q", fmt.Sprintf("pair-%d", c)))
 			errs <- err
 		}()
-		// The first is taken by the proposer, which then waits for the
-		// slot; the second must be queued behind it.
-		deadline := time.Now().Add(5 * time.Second)
-		for len(p.in) != c && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
-		if c == 0 {
-			time.Sleep(20 * time.Millisecond)
-		}
-		if len(p.in) != c {
-			t.Fatalf("staging: %d commands queued, want %d", len(p.in), c)
-		}
+		waitStaged(t, p, c)
 	}
 	<-p.slots
 	for range 2 {
