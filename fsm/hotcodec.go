@@ -33,9 +33,9 @@ func encodeItem(enc *msgpack.Encoder, it *PushItem) error {
 	)
 }
 
-// itemsSizeHint bounds what encodeItems writes for items: each of an item's
-// seven fields has a msgpack header of at most 5 bytes, and its array one
-// of 1 (items have 7 fields; the list's own header is at most 5 bytes).
+// itemsSizeHint bounds what encodeItems writes: the list's header (at most
+// 5 bytes), and for each item its array header (1 byte for 7 fields) and
+// its seven fields, each with a msgpack header of at most 5 bytes.
 func itemsSizeHint(items []PushItem) int {
 	n := 5
 	for i := range items {
