@@ -55,8 +55,9 @@ const (
 	refSize    = 1 + 8 + 8 + 4 + 8 + 4
 )
 
-func (r blobRef) encode() []byte {
-	b := make([]byte, 0, refSize)
+func (r blobRef) encode() []byte { return r.appendTo(make([]byte, 0, refSize)) }
+
+func (r blobRef) appendTo(b []byte) []byte {
 	b = append(b, refVersion)
 	b = binary.BigEndian.AppendUint64(b, r.File)
 	b = binary.BigEndian.AppendUint64(b, uint64(r.Pos))

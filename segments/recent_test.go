@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -240,9 +241,104 @@ func FuzzPartitionRecord(f *testing.F) {
 			}
 			return
 		}
-		if got := p.marshal(); !bytes.Equal(got, v) {
-			t.Fatalf("decoded %x, encoded back %x", v, got)
+		// A record this build wrote decodes and encodes back to itself; a
+		// schema 4 one (references unpacked) to the packed form, which
+		// then round-trips.
+		got := p.marshal()
+		var q Partition
+		if err := q.unmarshal(k, got); err != nil || !reflect.DeepEqual(p, q) {
+			t.Fatalf("decoded %x to %+v, encoded back %x, which decodes to %+v (%v)", v, p, got, q, err)
 		}
+		if again := q.marshal(); !bytes.Equal(again, got) {
+			t.Fatalf("encoded %x, then %x", got, again)
+		}
+	})
+}
+
+// marshalUnpacked is p's record as a schema 4 build stored it: the
+// references section as in memory, 41 bytes a reference.
+func (p *Partition) marshalUnpacked() []byte {
+	b := p.marshal()
+	end := partitionFixed + len(p.Name)
+	return append(b[:end:end], p.recent...)
+}
+
+// A schema 4 file (references in records, unpacked) opens as schema 5 with
+// nothing to rewrite: its records read as they are and are packed when next
+// written. It is recorded as schema 5, which a build that reads only schema
+// 4 refuses.
+func TestSchema4FileOpensAsSchema5(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, err := Open(path, StoreOptions{NoSync: true, VerifyCache: true})
+	must(t, err)
+	var want []string
+	update(t, s, func(tx *Tx) error {
+		for n, name := range []string{"p", "r"} {
+			p := newPartition(t, tx, "q", name)
+			for i := range recentMax + 3 {
+				m := fmt.Sprintf("%s%d", name, i)
+				appendMsgs(t, tx, p, int64(i), m)
+				if n == 0 {
+					want = append(want, fmt.Sprintf("%d:%s", i+1, m))
+				}
+			}
+		}
+		return nil
+	})
+	unpacked := 0
+	must(t, s.db.Update(func(btx *bolt.Tx) error {
+		b := btx.Bucket(bucketParts)
+		var rows [][2][]byte
+		must(t, b.ForEach(func(k, v []byte) error {
+			var p Partition
+			must(t, p.unmarshal(k, v))
+			if p.recentCount() > 0 {
+				rows = append(rows, [2][]byte{bytes.Clone(k), p.marshalUnpacked()})
+			}
+			return nil
+		}))
+		for _, r := range rows {
+			must(t, b.Put(r[0], r[1]))
+			unpacked++
+		}
+		return btx.Bucket(bucketMeta).Put(metaSchema, be64(4))
+	}))
+	if unpacked != 2 {
+		t.Fatalf("%d records hold references, want 2", unpacked)
+	}
+	must(t, s.db.Update(func(btx *bolt.Tx) error { return btx.Bucket(bucketMeta).Put(metaSchema, be64(5)) }))
+	_, before, err := s.Digest() // as schema 5: the schema is in the digest
+	must(t, err)
+	must(t, s.db.Update(func(btx *bolt.Tx) error { return btx.Bucket(bucketMeta).Put(metaSchema, be64(4)) }))
+	must(t, s.Close())
+
+	s = openSized(t, path, 0)
+	view(t, s, func(tx *Tx) error {
+		if v := tx.tx.Bucket(bucketMeta).Get(metaSchema); u64(v) != schemaVersion {
+			t.Fatalf("schema %d after opening a schema 4 file", u64(v))
+		}
+		if got := scan(t, tx, 1, 0); !slices.Equal(got, want) {
+			t.Fatalf("scan of a schema 4 record: %v", got)
+		}
+		return nil
+	})
+	if _, after, _ := s.Digest(); after != before {
+		t.Fatal("opening a schema 4 file changed its state")
+	}
+	update(t, s, func(tx *Tx) error {
+		appendMsgs(t, tx, &Partition{ID: 1}, 100, "last")
+		return nil
+	})
+	want = append(want, fmt.Sprintf("%d:last", recentMax+4))
+	view(t, s, func(tx *Tx) error {
+		checkRecentInvariant(t, tx, 1)
+		if v := tx.tx.Bucket(bucketParts).Get(key8(1, []byte("p"))); v == nil || v[partitionFixed+1] != recentPacked {
+			t.Fatalf("partition record after a write: %x, want its references packed", v)
+		}
+		if got := scan(t, tx, 1, 0); !slices.Equal(got, want) {
+			t.Fatalf("scan %v", got)
+		}
+		return nil
 	})
 }
 

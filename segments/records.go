@@ -111,7 +111,7 @@ func (p *Partition) marshal() []byte {
 		putU64(b[o:], v)
 		o += 8
 	}
-	return append(append(b, p.Name...), p.recent...)
+	return p.packRecent(append(b, p.Name...))
 }
 
 // partitionFieldsEnd is where the record b stored under key k ends its own
@@ -146,7 +146,13 @@ func (p *Partition) unmarshal(k, b []byte) error {
 	if rest := b[end:]; len(rest) > 0 {
 		// A copy: bbolt's value is only valid until the next write, and
 		// references flushed from it are handed to bbolt.
-		p.recent = bytes.Clone(rest)
+		if rest[0] == recentPacked {
+			if err := p.unpackRecent(rest); err != nil {
+				return err
+			}
+		} else {
+			p.recent = bytes.Clone(rest)
+		}
 		return checkRecent(p.ID, p.recent)
 	}
 	p.recent = nil

@@ -95,10 +95,13 @@ func openWithMigrationBatch(path string, o StoreOptions, batch int) (*Store, err
 			}
 		} else if len(v) == 8 && u64(v) == 2 {
 			migrate = true
-		} else if len(v) == 8 && u64(v) == 3 {
+		} else if len(v) == 8 && (u64(v) == 3 || u64(v) == 4) {
 			// Schema 3 is schema 4 with no reference in any partition
-			// record (recent.go); recording 4 keeps older builds, which
-			// would misread a record holding references, from opening it.
+			// record, and schema 4 is schema 5 with every record's
+			// references unpacked, which this build reads and packs when
+			// it next writes the record (recentpack.go). Recording 5 keeps
+			// older builds, which would misread a packed record, from
+			// opening the file.
 			if err := meta.Put(metaSchema, be64(schemaVersion)); err != nil {
 				return err
 			}

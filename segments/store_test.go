@@ -2,6 +2,7 @@ package segments
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -525,8 +526,17 @@ func TestCorruptPartitionRecord(t *testing.T) {
 		if err := p.unmarshal(key, tc.rec.marshal()); err != nil || !reflect.DeepEqual(p, tc.rec) {
 			t.Fatalf("%s: partition round trip %+v %v", tc.name, p, err)
 		}
+		// A schema 4 record decodes to the same partition.
+		if err := p.unmarshal(key, tc.rec.marshalUnpacked()); err != nil || !reflect.DeepEqual(p, tc.rec) {
+			t.Fatalf("%s: schema 4 partition %+v %v", tc.name, p, err)
+		}
 	}
-	full := withRefs.marshal()
+	full := withRefs.marshalUnpacked()
+	packed := withRefs.marshal()
+	many := withRefs
+	for i := range recentMax - 1 {
+		many.recentAppend(uint64(10+i), ref(1))
+	}
 	nameEnd := partitionFixed + len(orig.Name)
 	for _, tc := range []struct {
 		name string
@@ -544,6 +554,29 @@ func TestCorruptPartitionRecord(t *testing.T) {
 		}()},
 		{"references out of order", key, append(bytes.Clone(full[:nameEnd]), append(full[nameEnd+recentEntry:], full[nameEnd:nameEnd+recentEntry]...)...)},
 		{"more references than a record holds", key, append(bytes.Clone(full[:nameEnd]), bytes.Repeat(full[nameEnd:nameEnd+recentEntry], recentMax+1)...)},
+		{"packed: a marker and no reference", key, append(bytes.Clone(full[:nameEnd]), recentPacked)},
+		{"packed: reference cut short", key, packed[:len(packed)-1]},
+		{"packed: references out of order", key, func() []byte {
+			q := orig
+			q.recentAppend(4, ref(3))
+			q.recentAppend(4, ref(2)) // the same first offset twice
+			return q.marshal()
+		}()},
+		{"packed: more references than a record holds", key, func() []byte {
+			// many's section, then one more reference packed after it.
+			q := Partition{NextOffset: many.NextOffset, LastCreatedAt: many.LastCreatedAt}
+			q.recent = many.recent[len(many.recent)-recentEntry:]
+			return append(many.marshal(), q.packRecent(nil)[1:]...)
+		}()},
+		{"packed: length past 32 bits", key, func() []byte {
+			b := append(bytes.Clone(full[:nameEnd]), recentPacked)
+			b = binary.AppendVarint(b, -1)     // first offset, from NextOffset
+			b = binary.AppendVarint(b, 1)      // file
+			b = binary.AppendUvarint(b, 10)    // position
+			b = binary.AppendUvarint(b, 1<<32) // length
+			b = binary.AppendVarint(b, 0)      // time
+			return binary.AppendUvarint(b, 1)  // count
+		}()},
 	} {
 		if err := p.unmarshal(tc.key, tc.rec); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: %v", tc.name, err)
