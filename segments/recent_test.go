@@ -347,7 +347,7 @@ func TestSchema4FileOpensAsSchema5(t *testing.T) {
 	want = append(want, fmt.Sprintf("%d:last", recentMax+4))
 	view(t, s, func(tx *Tx) error {
 		checkRecentInvariant(t, tx, 1)
-		if v := tx.tx.Bucket(bucketParts).Get(key8(1, []byte("p"))); v == nil || v[partitionFixed+1] != recentPacked {
+		if v := tx.tx.Bucket(bucketParts).Get(key8(1, []byte("p"))); v == nil || v[partitionFixed+len("p")] != recentPacked {
 			t.Fatalf("partition record after a write: %x, want its references packed", v)
 		}
 		if got := scan(t, tx, 1, 0); !slices.Equal(got, want) {

@@ -10,6 +10,11 @@ import (
 // of a big-endian first offset, which is 0xFF only past 2^63 offsets.
 const recentPacked = 0xFF
 
+// packedEntryHint is the room marshal makes for a packed reference: about
+// 11 bytes each in the runs measured, so a record is sized once, not for
+// the 41 bytes a reference takes in memory; a larger one grows the buffer.
+const packedEntryHint = 16
+
 // packRecent appends p's references section as stored: the marker, then
 // for each reference its first offset, file, position in the file, length,
 // time and message count as varints, the offset, file and time as signed

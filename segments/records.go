@@ -99,7 +99,7 @@ const partitionFixed = 8 + 8 + 16 + 8*10
 // marshal lays the record out as the fixed fields, the name, then the
 // recent segment references; the name's length is the key's (qid(8) name).
 func (p *Partition) marshal() []byte {
-	b := make([]byte, partitionFixed, partitionFixed+len(p.Name)+len(p.recent))
+	b := make([]byte, partitionFixed, partitionFixed+len(p.Name)+1+p.recentCount()*packedEntryHint)
 	o := 0
 	for _, v := range []uint64{p.ID, p.QueueID} {
 		putU64(b[o:], v)

@@ -533,9 +533,12 @@ func TestCorruptPartitionRecord(t *testing.T) {
 	}
 	full := withRefs.marshalUnpacked()
 	packed := withRefs.marshal()
-	many := withRefs
-	for i := range recentMax - 1 {
+	many := withRefs // as many references as a record holds
+	for i := range recentMax - withRefs.recentCount() {
 		many.recentAppend(uint64(10+i), ref(1))
+	}
+	if err := p.unmarshal(key, many.marshal()); err != nil || !reflect.DeepEqual(p, many) {
+		t.Fatalf("a full record: %+v %v", p, err)
 	}
 	nameEnd := partitionFixed + len(orig.Name)
 	for _, tc := range []struct {
@@ -563,10 +566,14 @@ func TestCorruptPartitionRecord(t *testing.T) {
 			return q.marshal()
 		}()},
 		{"packed: more references than a record holds", key, func() []byte {
-			// many's section, then one more reference packed after it.
-			q := Partition{NextOffset: many.NextOffset, LastCreatedAt: many.LastCreatedAt}
-			q.recent = many.recent[len(many.recent)-recentEntry:]
-			return append(many.marshal(), q.packRecent(nil)[1:]...)
+			// A full record, then one more reference, in order, after it.
+			b := many.marshal()
+			b = binary.AppendVarint(b, 1)     // first offset, one past the last
+			b = binary.AppendVarint(b, 0)     // file
+			b = binary.AppendUvarint(b, 10)   // position
+			b = binary.AppendUvarint(b, 50)   // length
+			b = binary.AppendVarint(b, 0)     // time
+			return binary.AppendUvarint(b, 1) // count
 		}()},
 		{"packed: length past 32 bits", key, func() []byte {
 			b := append(bytes.Clone(full[:nameEnd]), recentPacked)
