@@ -43,6 +43,10 @@ type Config struct {
 	// cache against the state file (segments.StoreOptions.VerifyCache); a
 	// difference fails the apply. For tests.
 	VerifyCache bool
+	// VerifyAcks resolves every acknowledgment that the index resolves
+	// (ackByIndex) also by scanning its batch, and fails the apply when
+	// the two differ. For tests.
+	VerifyAcks bool
 }
 
 // FSM implements raft.FSM and raft.BatchingFSM.
@@ -334,7 +338,7 @@ func (f *FSM) applyEntry(tx *segments.Tx, l *raft.Log, now *int64, events *Event
 	if e.Stamp > *now {
 		*now = e.Stamp
 	}
-	a := &applier{tx: tx, now: *now, index: l.Index, full: e.Origin == f.cfg.NodeID, events: events}
+	a := &applier{tx: tx, now: *now, index: l.Index, full: e.Origin == f.cfg.NodeID, events: events, verifyAcks: f.cfg.VerifyAcks}
 	out := &EntryResult{Index: l.Index, Results: make([]any, len(e.Commands))}
 	for j, c := range e.Commands {
 		if err := c.Validate(); err != nil {

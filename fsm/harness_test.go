@@ -25,7 +25,7 @@ func newMachine(t testing.TB) *machine {
 	// Tests check every cached partition record against the state file;
 	// benchmarks measure what a node runs.
 	_, bench := t.(*testing.B)
-	f, err := Open(Config{Dir: t.TempDir(), NodeID: "n1", VerifyCache: !bench})
+	f, err := Open(Config{Dir: t.TempDir(), NodeID: "n1", VerifyCache: !bench, VerifyAcks: !bench})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -767,7 +767,8 @@ func (a *applier) moveBacklog(q *segments.Queue, target string, idleOnly bool) u
 			for i := 0; i < len(msgs); i += chunk {
 				part := msgs[i:min(i+chunk, len(msgs))]
 				base := must1(a.tx.ReserveIDs(uint64(len(part))))
-				must1(a.tx.AppendSegment(tp, a.now, base, part))
+				// Not looked up: a moved id may be in the target's index.
+				must1(a.tx.AppendSegment(tp, a.now, base, part, false))
 			}
 			must(a.tx.PutPartition(tp))
 			moved += uint64(len(msgs))

@@ -26,6 +26,10 @@ type pushTarget struct {
 	msgs  []segments.Message
 	items []int // result index of each queued message
 	n     int   // queued messages, counted before msgs is filled
+	// repeats: a queued message's id was found in the index (it came back
+	// after its dedup window) or not looked up (no dedup), so the append
+	// may stop the index naming an older message (segments/idmark.go).
+	repeats bool
 }
 
 // push stores items as one atomic step: every partition touched gets one
@@ -128,6 +132,7 @@ func (a *applier) pushWith(items []PushItem, principal string, gates int) ([]Pus
 				continue
 			}
 			ref, ok := must2(a.tx.TxID(t.part, it.TxID))
+			indexed := ok
 			if !ok {
 				// Deleted inside its window, it is still a duplicate (dedup.go).
 				var err error
@@ -143,6 +148,9 @@ func (a *applier) pushWith(items []PushItem, principal string, gates int) ([]Pus
 				seen = make(map[seenKey]int, len(items)-i)
 			}
 			seen[sk] = i
+			t.repeats = t.repeats || indexed
+		} else {
+			t.repeats = true
 		}
 		results[i].Status = PushQueued
 		queuedTo[i] = int32(ti)
@@ -195,7 +203,7 @@ func (a *applier) pushWith(items []PushItem, principal string, gates int) ([]Pus
 			continue
 		}
 		n := uint64(len(t.msgs))
-		must1(a.tx.AppendSegment(t.part, a.now, base, t.msgs))
+		must1(a.tx.AppendSegment(t.part, a.now, base, t.msgs, !t.repeats))
 		markWindow(t.part, t.queue.Options.WindowBuffer, a.now, t.part.NextOffset-n, n)
 		must(a.tx.PutPartition(t.part))
 		for k, ri := range t.items {

@@ -96,6 +96,8 @@ type applier struct {
 	// result read, so only there are payloads copied into it.
 	full   bool
 	events *Events
+	// verifyAcks: Config.VerifyAcks.
+	verifyAcks bool
 }
 
 // must stops the state machine on a storage failure. A half-applied command

@@ -472,7 +472,7 @@ func FuzzReceiveSnapshot(f *testing.F) {
 			return err
 		}
 		for i := range 3 {
-			if _, err := tx.AppendSegment(p, int64(i), uint64(i+1), []Message{{TxID: "t", Payload: []byte(`"x"`)}}); err != nil {
+			if _, err := tx.AppendSegment(p, int64(i), uint64(i+1), []Message{{TxID: "t", Payload: []byte(`"x"`)}}, false); err != nil {
 				return err
 			}
 		}
@@ -711,7 +711,7 @@ func TestPendingBufferSizedFromRecentTransactions(t *testing.T) {
 					return err
 				}
 				msg := []Message{{TxID: fmt.Sprintf("t%d-%d", i, j), Payload: payload}}
-				if _, err := tx.AppendSegment(p, int64(1000+i), seq, msg); err != nil {
+				if _, err := tx.AppendSegment(p, int64(1000+i), seq, msg, false); err != nil {
 					return err
 				}
 				if err := tx.PutPartition(p); err != nil {

@@ -82,7 +82,7 @@ var (
 	metaSchema    = []byte("schema")     // layout version
 	metaCounters  = []byte("counters")   // lifetime counters, u64 each
 	metaEventSeq  = []byte("qevent_seq") // last queue-event number
-	schemaVersion = uint64(5)            // 2: segment blobs in files beside the database; 3: txid index keyed by queue, values the offset alone; 4: partition records hold their newest segment references; 5: packed
+	schemaVersion = uint64(6)            // 2: segment blobs in files beside the database; 3: txid index keyed by queue, values the offset alone; 4: partition records hold their newest segment references; 5: packed; 6: IDsIndexedFrom
 )
 
 // nameKey keys a row by a name that may be empty (bbolt refuses empty keys;

@@ -216,7 +216,7 @@ func FuzzExpandLinked(f *testing.F) {
 			return err
 		}
 		for i := range 6 {
-			if _, err := tx.AppendSegment(p, int64(i), uint64(i), []Message{{TxID: fmt.Sprint(i), Payload: bytes.Repeat([]byte{'x'}, 90)}}); err != nil {
+			if _, err := tx.AppendSegment(p, int64(i), uint64(i), []Message{{TxID: fmt.Sprint(i), Payload: bytes.Repeat([]byte{'x'}, 90)}}, false); err != nil {
 				return err
 			}
 		}

@@ -101,7 +101,7 @@ func TestStorageRandomCutsRolloverSavepointsRestore(t *testing.T) {
 							seq, err := tx.ReserveIDs(uint64(len(msgs)))
 							must(t, err)
 							at := int64(1000 + step)
-							first, err := tx.AppendSegment(p, at, seq, msgs)
+							first, err := tx.AppendSegment(p, at, seq, msgs, false)
 							must(t, err)
 							for i, m := range msgs {
 								cur = append(cur, modelMsg{first + uint64(i), m.TxID, string(m.Payload), at})

@@ -232,6 +232,9 @@ func FuzzPartitionRecord(f *testing.F) {
 	p.recentAppend(4, blobRef{File: 1, Pos: 8, Len: 40, CreatedAt: 5, Count: 3}.encode())
 	p.recentAppend(7, blobRef{File: 1, Pos: 48, Len: 30, CreatedAt: 6, Count: 2}.encode())
 	f.Add(key8(2, []byte("p")), p.marshal())
+	f.Add(key8(2, []byte("p")), p.marshalSchema5())
+	p.IDsIndexedFrom = 5
+	f.Add(key8(2, []byte("p")), p.marshal())
 	f.Add(key8(2, nil), make([]byte, partitionFixed))
 	f.Fuzz(func(t *testing.T, k, v []byte) {
 		var p Partition
@@ -242,8 +245,8 @@ func FuzzPartitionRecord(f *testing.F) {
 			return
 		}
 		// A record this build wrote decodes and encodes back to itself; a
-		// schema 4 one (references unpacked) to the packed form, which
-		// then round-trips.
+		// schema 4 or 5 one (references unpacked, or no IDsIndexedFrom) to
+		// this build's form, which then round-trips.
 		got := p.marshal()
 		var q Partition
 		if err := q.unmarshal(k, got); err != nil || !reflect.DeepEqual(p, q) {
@@ -285,11 +288,22 @@ func (p *Partition) marshalUnpacked() []byte {
 	return append(b[:end:end], p.recent...)
 }
 
-// A schema 4 file (references in records, unpacked) opens as schema 5 with
-// nothing to rewrite: its records read as they are and are packed when next
-// written. It is recorded as schema 5, which a build that reads only schema
-// 4 refuses.
-func TestSchema4FileOpensAsSchema5(t *testing.T) {
+// marshalSchema5 is p's record as a schema 5 build stored it: references
+// packed after their own marker, no IDsIndexedFrom.
+func (p *Partition) marshalSchema5() []byte {
+	b := p.marshal()
+	end := partitionFixed + len(p.Name)
+	if len(p.recent) == 0 {
+		return b[:end:end]
+	}
+	return p.packRefs(append(b[:end:end], recentPacked))
+}
+
+// A schema 4 file (references in records, unpacked) opens as this build's
+// schema with nothing to rewrite: its records read as they are and are
+// packed when next written. It is recorded as this build's schema, which a
+// build that reads only schema 4 refuses.
+func TestSchema4FileOpens(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
 	s, err := Open(path, StoreOptions{NoSync: true, VerifyCache: true})
 	must(t, err)
@@ -347,7 +361,7 @@ func TestSchema4FileOpensAsSchema5(t *testing.T) {
 	want = append(want, fmt.Sprintf("%d:last", recentMax+4))
 	view(t, s, func(tx *Tx) error {
 		checkRecentInvariant(t, tx, 1)
-		if v := tx.tx.Bucket(bucketParts).Get(key8(1, []byte("p"))); v == nil || v[partitionFixed+len("p")] != recentPacked {
+		if v := tx.tx.Bucket(bucketParts).Get(key8(1, []byte("p"))); v == nil || v[partitionFixed+len("p")] != sectionMarked {
 			t.Fatalf("partition record after a write: %x, want its references packed", v)
 		}
 		if got := scan(t, tx, 1, 0); !slices.Equal(got, want) {

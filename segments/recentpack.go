@@ -5,9 +5,15 @@ import (
 	"fmt"
 )
 
-// recentPacked starts a partition record's references section as this
-// build stores it (schema 5). A schema 4 section starts with the high byte
-// of a big-endian first offset, which is 0xFF only past 2^63 offsets.
+// sectionMarked starts the section after a partition record's name as
+// this build stores it (schema 6): the marker, IDsIndexedFrom as a uvarint,
+// then the segment references packed (none or more). A record always has
+// one, so that a record without it is known to be older.
+const sectionMarked = 0xFE
+
+// recentPacked started the section in schema 5: the marker, then at least
+// one packed reference. A schema 4 section starts with the high byte of a
+// big-endian first offset, which is 0xFE or 0xFF only past 2^63 offsets.
 const recentPacked = 0xFF
 
 // packedEntryHint is the room marshal makes for a packed reference: about
@@ -15,19 +21,22 @@ const recentPacked = 0xFF
 // the 41 bytes a reference takes in memory; a larger one grows the buffer.
 const packedEntryHint = 16
 
-// packRecent appends p's references section as stored: the marker, then
-// for each reference its first offset, file, position in the file, length,
-// time and message count as varints, the offset, file and time as signed
-// differences from the reference before (the first reference's from the
-// record's NextOffset, 0 and LastCreatedAt). A reference takes about 11
-// bytes instead of its 41 in memory, and the record about a third of the
-// leaf space, so a transaction over many partitions dirties fewer leaves.
-// Nothing is appended when p holds no reference.
-func (p *Partition) packRecent(b []byte) []byte {
-	if len(p.recent) == 0 {
-		return b
-	}
-	b = append(b, recentPacked)
+// packSection appends the section that follows p's name: the marker,
+// IDsIndexedFrom, and p's references packed (packRefs).
+func (p *Partition) packSection(b []byte) []byte {
+	b = append(b, sectionMarked)
+	b = binary.AppendUvarint(b, p.IDsIndexedFrom)
+	return p.packRefs(b)
+}
+
+// packRefs appends p's references: for each its first offset, file,
+// position in the file, length, time and message count as varints, the
+// offset, file and time as signed differences from the reference before
+// (the first reference's from the record's NextOffset, 0 and
+// LastCreatedAt). A reference takes about 11 bytes instead of its 41 in
+// memory, and the record about a third of the leaf space, so a transaction
+// over many partitions dirties fewer leaves.
+func (p *Partition) packRefs(b []byte) []byte {
 	prevFirst, prevFile, prevAt := p.NextOffset, uint64(0), p.LastCreatedAt
 	for i := range p.recentCount() {
 		first, ref := p.recentAt(i)
@@ -44,17 +53,41 @@ func (p *Partition) packRecent(b []byte) []byte {
 	return b
 }
 
-// unpackRecent decodes a packed references section into p.recent, after
-// p's fields (NextOffset and LastCreatedAt are its bases). The caller
-// checks the order of the references (checkRecent).
+func (p *Partition) corruptSection(what string) error {
+	return fmt.Errorf("partition %d record, after its name: %s: %w", p.ID, what, ErrCorrupt)
+}
+
+// unpackSection decodes a schema 6 section (packSection) into
+// IDsIndexedFrom and p.recent, after p's fields (NextOffset and
+// LastCreatedAt are the references' bases). The caller checks the order of
+// the references (checkRecent).
+func (p *Partition) unpackSection(b []byte) error {
+	if len(b) < 2 || b[0] != sectionMarked {
+		return p.corruptSection("no marker, or no IDsIndexedFrom") // packSection writes both
+	}
+	v, n := binary.Uvarint(b[1:])
+	if n <= 0 || v > p.NextOffset {
+		return p.corruptSection("IDsIndexedFrom cut short or past the next offset")
+	}
+	p.IDsIndexedFrom = v
+	if refs := b[1+n:]; len(refs) > 0 {
+		return p.unpackRefs(refs)
+	}
+	return nil
+}
+
+// unpackRecent decodes a schema 5 section (the marker, then one or more
+// packed references) into p.recent.
 func (p *Partition) unpackRecent(b []byte) error {
-	bad := func(what string) error {
-		return fmt.Errorf("partition %d record: packed segment references: %s: %w", p.ID, what, ErrCorrupt)
-	}
 	if len(b) < 2 || b[0] != recentPacked {
-		return bad("no marker, or a marker and no reference") // packRecent writes neither
+		return p.corruptSection("no marker, or a marker and no reference") // schema 5 wrote neither
 	}
-	b = b[1:]
+	return p.unpackRefs(b[1:])
+}
+
+// unpackRefs decodes packed references (packRefs) into p.recent.
+func (p *Partition) unpackRefs(b []byte) error {
+	bad := p.corruptSection
 	signed := func() (int64, bool) {
 		v, n := binary.Varint(b)
 		b = b[max(n, 0):]
@@ -78,7 +111,7 @@ func (p *Partition) unpackRecent(b []byte) error {
 		dAt, ok5 := signed()
 		count, ok6 := unsigned(1<<32 - 1)
 		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
-			return bad("a varint cut short or out of its field's range")
+			return bad("a packed reference's varint cut short or out of its field's range")
 		}
 		first, file, at := prevFirst+uint64(dFirst), prevFile+uint64(dFile), prevAt+dAt
 		out = binary.BigEndian.AppendUint64(out, first)

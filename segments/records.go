@@ -89,6 +89,13 @@ type Partition struct {
 	WindowMark    int64  // start of the current windowBuffer burst, 0 if none
 	WindowCount   uint64 // messages pushed since WindowMark
 	WindowFirst   uint64 // first offset of the current burst
+	// IDsIndexedFrom is an offset from which every stored message is the
+	// occurrence of its transaction id that the index names, so that an
+	// acknowledgment of a message there can be resolved by the index alone
+	// (idmark.go). An append that may repeat an id moves it to NextOffset;
+	// it never moves back. Not hashed by the digest: it decides how an
+	// acknowledgment finds a message, never which one it finds.
+	IDsIndexedFrom uint64
 	// recent holds the references of the newest segments, which live in
 	// this record until they move to the segments bucket (recent.go).
 	recent []byte
@@ -111,7 +118,7 @@ func (p *Partition) marshal() []byte {
 		putU64(b[o:], v)
 		o += 8
 	}
-	return p.packRecent(append(b, p.Name...))
+	return p.packSection(append(b, p.Name...))
 }
 
 // partitionFieldsEnd is where the record b stored under key k ends its own
@@ -143,20 +150,29 @@ func (p *Partition) unmarshal(k, b []byte) error {
 	p.WindowCount = u64(f[64:])
 	p.WindowFirst = u64(f[72:])
 	p.Name = string(b[partitionFixed:end])
-	if rest := b[end:]; len(rest) > 0 {
-		// A copy: bbolt's value is only valid until the next write, and
-		// references flushed from it are handed to bbolt.
-		if rest[0] == recentPacked {
-			if err := p.unpackRecent(rest); err != nil {
-				return err
-			}
-		} else {
-			p.recent = bytes.Clone(rest)
-		}
-		return checkRecent(p.ID, p.recent)
-	}
+	// Records written before schema 6 carry no IDsIndexedFrom: every message
+	// they hold may repeat an id (idmark.go).
+	p.IDsIndexedFrom = p.NextOffset
 	p.recent = nil
-	return nil
+	rest := b[end:]
+	switch {
+	case len(rest) == 0:
+		return nil
+	case rest[0] == sectionMarked:
+		if err := p.unpackSection(rest); err != nil {
+			return err
+		}
+	case rest[0] == recentPacked:
+		if err := p.unpackRecent(rest); err != nil {
+			return err
+		}
+	default:
+		// Schema 4: the references as they are in memory. A copy: bbolt's
+		// value is only valid until the next write, and references
+		// flushed from it are handed to bbolt.
+		p.recent = bytes.Clone(rest)
+	}
+	return checkRecent(p.ID, p.recent)
 }
 
 // Group is the state of one consumer group on one partition.

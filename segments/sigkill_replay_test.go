@@ -67,7 +67,7 @@ func crashLogEntry(tx *Tx, i uint64) error {
 		if err != nil {
 			return err
 		}
-		if _, err := tx.AppendSegment(p, int64(i), seq, msgs); err != nil {
+		if _, err := tx.AppendSegment(p, int64(i), seq, msgs, false); err != nil {
 			return err
 		}
 	}

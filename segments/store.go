@@ -95,13 +95,14 @@ func openWithMigrationBatch(path string, o StoreOptions, batch int) (*Store, err
 			}
 		} else if len(v) == 8 && u64(v) == 2 {
 			migrate = true
-		} else if len(v) == 8 && (u64(v) == 3 || u64(v) == 4) {
+		} else if len(v) == 8 && u64(v) >= 3 && u64(v) < schemaVersion {
 			// Schema 3 is schema 4 with no reference in any partition
-			// record, and schema 4 is schema 5 with every record's
-			// references unpacked, which this build reads and packs when
-			// it next writes the record (recentpack.go). Recording 5 keeps
-			// older builds, which would misread a packed record, from
-			// opening the file.
+			// record, schema 4 is schema 5 with every record's references
+			// unpacked, and schema 5 is schema 6 without IDsIndexedFrom in
+			// the records; this build reads all three and writes a record
+			// as schema 6 when it next writes it (recentpack.go, idmark.go).
+			// Recording 6 keeps older builds, which would misread such a
+			// record, from opening the file.
 			if err := meta.Put(metaSchema, be64(schemaVersion)); err != nil {
 				return err
 			}
@@ -970,7 +971,10 @@ func (t *Tx) ForEachPartition(qid uint64, from string, fn func(*Partition) (bool
 // transaction ids at pushedAt, and advances p (the caller stores p). It
 // returns the first offset. The blob goes to the blob file, its reference
 // into p's record, which moves it to the segments bucket later (recent.go).
-func (t *Tx) AppendSegment(p *Partition, createdAt int64, baseSeq uint64, msgs []Message) (uint64, error) {
+// idsNew says that the caller looked every message's id up in p's index in
+// this transaction and found none, and that no two of msgs share an id;
+// when false, p.IDsIndexedFrom moves past msgs (idmark.go).
+func (t *Tx) AppendSegment(p *Partition, createdAt int64, baseSeq uint64, msgs []Message, idsNew bool) (uint64, error) {
 	first := p.NextOffset
 	ref, err := t.appendSegmentBlob(createdAt, baseSeq, msgs)
 	if err != nil {
@@ -990,6 +994,9 @@ func (t *Tx) AppendSegment(p *Partition, createdAt int64, baseSeq uint64, msgs [
 		p.FirstOffset = first
 	}
 	p.NextOffset += uint64(len(msgs))
+	if !idsNew {
+		p.IDsIndexedFrom = p.NextOffset
+	}
 	p.Messages += uint64(len(msgs))
 	p.Bytes += bytesIn
 	p.Segments++

@@ -68,14 +68,23 @@ func appendMsgs(t *testing.T, tx *Tx, p *Partition, createdAt int64, txids ...st
 	}
 	*p = *stored
 	msgs := make([]Message, len(txids))
+	// idsNew as the state machine's push decides it: every id looked up
+	// and not found, none twice in the segment.
+	idsNew, seen := true, map[string]bool{}
 	for i, id := range txids {
 		msgs[i] = Message{TxID: id, Payload: []byte(fmt.Sprintf("%q", id))}
+		_, found, err := tx.TxIDOffset(p.QueueID, p.ID, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idsNew = idsNew && !found && !seen[id]
+		seen[id] = true
 	}
 	seq, err := tx.ReserveIDs(uint64(len(msgs)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := tx.AppendSegment(p, createdAt, seq, msgs)
+	first, err := tx.AppendSegment(p, createdAt, seq, msgs, idsNew)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,17 +527,25 @@ func TestCorruptPartitionRecord(t *testing.T) {
 	withRefs := orig
 	withRefs.recentAppend(4, ref(3))
 	withRefs.recentAppend(7, ref(2))
+	marked := withRefs
+	marked.IDsIndexedFrom = 6
 	var p Partition
 	for _, tc := range []struct {
 		name string
 		rec  Partition
-	}{{"no references", orig}, {"two references", withRefs}} {
+	}{{"no references", orig}, {"two references", withRefs}, {"IDsIndexedFrom", marked}} {
 		if err := p.unmarshal(key, tc.rec.marshal()); err != nil || !reflect.DeepEqual(p, tc.rec) {
 			t.Fatalf("%s: partition round trip %+v %v", tc.name, p, err)
 		}
-		// A schema 4 record decodes to the same partition.
-		if err := p.unmarshal(key, tc.rec.marshalUnpacked()); err != nil || !reflect.DeepEqual(p, tc.rec) {
+		// Schema 4 and 5 records decode to the same partition, with
+		// IDsIndexedFrom at the next offset: they did not record it.
+		old := tc.rec
+		old.IDsIndexedFrom = old.NextOffset
+		if err := p.unmarshal(key, tc.rec.marshalUnpacked()); err != nil || !reflect.DeepEqual(p, old) {
 			t.Fatalf("%s: schema 4 partition %+v %v", tc.name, p, err)
+		}
+		if err := p.unmarshal(key, tc.rec.marshalSchema5()); err != nil || !reflect.DeepEqual(p, old) {
+			t.Fatalf("%s: schema 5 partition %+v %v", tc.name, p, err)
 		}
 	}
 	full := withRefs.marshalUnpacked()
@@ -557,7 +574,10 @@ func TestCorruptPartitionRecord(t *testing.T) {
 		}()},
 		{"references out of order", key, append(bytes.Clone(full[:nameEnd]), append(full[nameEnd+recentEntry:], full[nameEnd:nameEnd+recentEntry]...)...)},
 		{"more references than a record holds", key, append(bytes.Clone(full[:nameEnd]), bytes.Repeat(full[nameEnd:nameEnd+recentEntry], recentMax+1)...)},
-		{"packed: a marker and no reference", key, append(bytes.Clone(full[:nameEnd]), recentPacked)},
+		{"schema 5: a marker and no reference", key, append(bytes.Clone(full[:nameEnd]), recentPacked)},
+		{"a marker and no IDsIndexedFrom", key, append(bytes.Clone(full[:nameEnd]), sectionMarked)},
+		{"IDsIndexedFrom cut short", key, append(bytes.Clone(full[:nameEnd]), sectionMarked, 0x80)},
+		{"IDsIndexedFrom past the next offset", key, binary.AppendUvarint(append(bytes.Clone(full[:nameEnd]), sectionMarked), orig.NextOffset+1)},
 		{"packed: reference cut short", key, packed[:len(packed)-1]},
 		{"packed: references out of order", key, func() []byte {
 			q := orig

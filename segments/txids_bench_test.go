@@ -38,7 +38,7 @@ func BenchmarkTxIDLookup(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			if _, err := tx.AppendSegment(p, int64(i), seq, msgs); err != nil {
+			if _, err := tx.AppendSegment(p, int64(i), seq, msgs, false); err != nil {
 				return err
 			}
 		}

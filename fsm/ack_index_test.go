@@ -1,0 +1,110 @@
+package fsm
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/crownmq/crown/segments"
+)
+
+// Acknowledgments resolved by the index (ackByIndex) get the answers the
+// scan of their batch gives, with ids that come back after their dedup
+// window, messages deleted by id, and a queue without deduplication. The
+// machine runs with VerifyAcks, which scans every such batch as well and
+// stops the apply at the first difference; the test counts the batches that
+// took the index's way, so that it cannot pass without any.
+func TestAckByIndexGivesTheScansAnswers(t *testing.T) {
+	for seed := range 6 {
+		dedup := int64(5)
+		if seed%3 == 2 {
+			dedup = 0 // every push may repeat an id: never by the index
+		}
+		t.Run(fmt.Sprintf("seed=%d/dedup=%d", seed, dedup), func(t *testing.T) {
+			m := newMachine(t)
+			rng := rand.New(rand.NewPCG(uint64(seed), 36))
+			configureWith(m, "q", func(o *segments.Options) { o.DedupWindowSeconds = dedup; o.RetryLimit = 2; o.LeaseTime = 10 })
+			parts := []string{"p0", "p1", "p2"}
+			id := func() string { return fmt.Sprintf("t%d", rng.IntN(100)) }
+			statuses := []uint8{AckCompleted, AckCompleted, AckFailed, AckRetry, AckDLQ}
+			var (
+				held                []*LeaseResult
+				byIndex, bySegments int
+			)
+			for range 1500 {
+				switch op := rng.IntN(10); {
+				case op < 3:
+					var its []PushItem
+					for range 1 + rng.IntN(3) {
+						its = append(its, item("q", parts[rng.IntN(len(parts))], id(), `"x"`))
+					}
+					m.push(its...)
+				case op < 4:
+					m.advance(time.Duration(rng.IntN(1500)) * time.Millisecond)
+				case op < 7:
+					r := m.pop(Lease{Queue: "q", Batch: uint32(1 + rng.IntN(6)), MaxPartitions: uint32(1 + rng.IntN(3))})
+					if r.Count() > 0 {
+						held = append(held, r)
+					}
+				case op < 9 && len(held) > 0:
+					i := rng.IntN(len(held))
+					r := held[i]
+					var its []AckItem
+					for _, lp := range r.Partitions {
+						p, g := m.partition("q", lp.Partition), m.group("q", lp.Partition, QueueMode)
+						if g != nil && g.LeaseLive(m.now.UnixMicro()) && g.Next <= g.LeaseLast {
+							if ackByIndex(p, g) {
+								byIndex++
+							} else {
+								bySegments++
+							}
+						}
+						for _, dm := range lp.Messages {
+							if rng.IntN(10) < 7 {
+								its = append(its, ackOf(lp, dm, r.LeaseID, statuses[rng.IntN(len(statuses))]))
+							}
+						}
+						if rng.IntN(4) == 0 { // an id from elsewhere in the partition, or none
+							its = append(its, ackOf(lp, DeliveredMessage{TxID: id()}, r.LeaseID, AckCompleted))
+						}
+					}
+					m.ack("", its...)
+					if rng.IntN(2) == 0 {
+						held = append(held[:i], held[i+1:]...)
+					}
+				default:
+					if p := m.partition("q", parts[rng.IntN(len(parts))]); p != nil {
+						m.apply(&DeleteMessage{Partition: p.UUID, TxID: id()})
+					}
+				}
+			}
+			t.Logf("batches acknowledged by the index %d, by their segments %d", byIndex, bySegments)
+			if dedup > 0 && (byIndex == 0 || bySegments == 0) {
+				t.Fatal("want batches acknowledged both ways")
+			}
+			if dedup == 0 && byIndex != 0 {
+				t.Fatal("a queue without deduplication acknowledged by the index")
+			}
+		})
+	}
+}
+
+// Where the choice between the two ways lies.
+func TestAckByIndex(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		indexedFrom, next uint64
+		want              bool
+	}{
+		{"the batch starts at the mark", 5, 5, true},
+		{"the batch starts after it", 5, 9, true},
+		{"a repeat inside the batch", 6, 5, false},
+		{"nothing repeated", 0, 0, true},
+	} {
+		p := &segments.Partition{IDsIndexedFrom: tc.indexedFrom}
+		if got := ackByIndex(p, &segments.Group{Next: tc.next}); got != tc.want {
+			t.Errorf("%s: %t", tc.name, got)
+		}
+	}
+}
