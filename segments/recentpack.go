@@ -16,6 +16,10 @@ const sectionMarked = 0xFE
 // big-endian first offset, which is 0xFE or 0xFF only past 2^63 offsets.
 const recentPacked = 0xFF
 
+// sectionHead is the most the section takes before its references: the
+// marker and IDsIndexedFrom.
+const sectionHead = 1 + binary.MaxVarintLen64
+
 // packedEntryHint is the room marshal makes for a packed reference: about
 // 11 bytes each in the runs measured, so a record is sized once, not for
 // the 41 bytes a reference takes in memory; a larger one grows the buffer.

@@ -106,7 +106,7 @@ const partitionFixed = 8 + 8 + 16 + 8*10
 // marshal lays the record out as the fixed fields, the name, then the
 // recent segment references; the name's length is the key's (qid(8) name).
 func (p *Partition) marshal() []byte {
-	b := make([]byte, partitionFixed, partitionFixed+len(p.Name)+1+p.recentCount()*packedEntryHint)
+	b := make([]byte, partitionFixed, partitionFixed+len(p.Name)+sectionHead+p.recentCount()*packedEntryHint)
 	o := 0
 	for _, v := range []uint64{p.ID, p.QueueID} {
 		putU64(b[o:], v)
