@@ -82,6 +82,9 @@ type groupCursor struct {
 	// byIndex: the batch's items are resolved by the index alone, which
 	// gives the scan's answers here (ackByIndex).
 	byIndex bool
+	// batchFrom and batchLast are the live batch's range when the command
+	// started, which leased maps.
+	batchFrom, batchLast uint64
 	// The live lease at the start of the command: an ack carrying this
 	// lease id stays valid for the whole command even after an earlier item
 	// released it (one charge per delivery, queen-api.md 4.10).
@@ -113,24 +116,31 @@ func (s *ackSession) cursor(p *segments.Partition) *groupCursor {
 	if g := c.g; g != nil && g.LeaseLive(s.a.now) {
 		c.leaseAtStart = g.LeaseID
 		if g.Next <= g.LeaseLast {
+			c.batchFrom, c.batchLast = g.Next, g.LeaseLast
 			c.byIndex = ackByIndex(p, g)
-		}
-		if g.Next <= g.LeaseLast && (!c.byIndex || s.a.verifyAcks) {
-			c.leased = make(map[string]uint64, g.LeaseDelivered)
-			must(s.a.tx.ScanTxIDs(p, g.Next, func(off uint64, txID []byte) (bool, error) {
-				if off > g.LeaseLast {
-					return false, nil
-				}
-				if _, dup := c.leased[string(txID)]; !dup {
-					c.leased[string(txID)] = off
-				}
-				return true, nil
-			}))
+			if !c.byIndex || s.a.verifyAcks {
+				c.scanBatch(s.a.tx, g.LeaseDelivered)
+			}
 		}
 	}
 	s.cursors[p.ID] = c
 	s.order = append(s.order, c)
 	return c
+}
+
+// scanBatch maps the transaction ids of the batch the command started with
+// to their offsets, the first occurrence of a reused id winning.
+func (c *groupCursor) scanBatch(tx *segments.Tx, delivered uint64) {
+	c.leased = make(map[string]uint64, delivered)
+	must(tx.ScanTxIDs(c.part, c.batchFrom, func(off uint64, txID []byte) (bool, error) {
+		if off > c.batchLast {
+			return false, nil
+		}
+		if _, dup := c.leased[string(txID)]; !dup {
+			c.leased[string(txID)] = off
+		}
+		return true, nil
+	}))
 }
 
 // resolve finds the message an ack names. When a transaction id occurs more
@@ -177,11 +187,20 @@ func ackByIndex(p *segments.Partition, g *segments.Group) bool {
 
 // reload re-reads the partition records the session holds. A push in the
 // same transaction may have appended to one of them since it was loaded, and
-// a stale record hides the new messages (MessageAt reads through it).
+// a stale record hides the new messages (MessageAt reads through it). If
+// that push repeated an id, the index may now name the new message instead
+// of one in the batch, so the batch is scanned as the command started with
+// it (its messages are as they were: a transaction deletes none).
 func (s *ackSession) reload() {
 	for _, c := range s.order {
 		if p := must1(s.a.tx.PartitionByID(c.part.ID)); p != nil {
 			c.part = p
+			if c.byIndex && !p.IDsIndexed(c.batchFrom) {
+				if c.leased == nil {
+					c.scanBatch(s.a.tx, 0)
+				}
+				c.byIndex = false
+			}
 		}
 	}
 }

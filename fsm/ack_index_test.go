@@ -50,7 +50,10 @@ func TestAckByIndexGivesTheScansAnswers(t *testing.T) {
 				case op < 9 && len(held) > 0:
 					i := rng.IntN(len(held))
 					r := held[i]
-					var its []AckItem
+					var (
+						its   []AckItem
+						names []string // each item's partition
+					)
 					for _, lp := range r.Partitions {
 						p, g := m.partition("q", lp.Partition), m.group("q", lp.Partition, QueueMode)
 						if g != nil && g.LeaseLive(m.now.UnixMicro()) && g.Next <= g.LeaseLast {
@@ -63,13 +66,35 @@ func TestAckByIndexGivesTheScansAnswers(t *testing.T) {
 						for _, dm := range lp.Messages {
 							if rng.IntN(10) < 7 {
 								its = append(its, ackOf(lp, dm, r.LeaseID, statuses[rng.IntN(len(statuses))]))
+								names = append(names, lp.Partition)
 							}
 						}
 						if rng.IntN(4) == 0 { // an id from elsewhere in the partition, or none
 							its = append(its, ackOf(lp, DeliveredMessage{TxID: id()}, r.LeaseID, AckCompleted))
+							names = append(names, lp.Partition)
 						}
 					}
-					m.ack("", its...)
+					if rng.IntN(3) > 0 {
+						m.ack("", its...)
+					} else {
+						// A transaction, its pushes between the acks
+						// (which may repeat an id of the batch).
+						var ops []TxOp
+						for k, it := range its {
+							if it.Status == AckDLQ || it.Status == AckRetry {
+								it.Status = AckCompleted // a transaction's own rules differ
+							}
+							ops = append(ops, opAck("", it))
+							if rng.IntN(3) == 0 {
+								again := its[rng.IntN(len(its))].TxID // an id of the batch, half the time
+								if rng.IntN(2) == 0 {
+									again = id()
+								}
+								ops = append(ops, opPush(item("q", names[k], again, `"x"`)))
+							}
+						}
+						m.txn(ops...)
+					}
 					if rng.IntN(2) == 0 {
 						held = append(held[:i], held[i+1:]...)
 					}
@@ -106,5 +131,37 @@ func TestAckByIndex(t *testing.T) {
 		if got := ackByIndex(p, &segments.Group{Next: tc.next}); got != tc.want {
 			t.Errorf("%s: %t", tc.name, got)
 		}
+	}
+}
+
+// A transaction whose push repeats an id of a batch an earlier ack of the
+// same transaction resolved through the index: the index now names the new
+// message, outside the batch, and a later ack of the id must still complete
+// the one in the batch (the session scans it from then on), not consume the
+// new one unseen.
+func TestAckByIndexInATransactionThatRepeatsAnID(t *testing.T) {
+	m := newMachine(t)
+	configureWith(m, "q", func(o *segments.Options) { o.DedupWindowSeconds = 1 })
+	m.push(items("q", "p", "a", "t")...)
+	m.advance(2 * time.Second) // t's dedup window closed: a push of it is stored again
+	r := m.mustPop(Lease{Queue: "q", Batch: 10})
+	lp := r.Partitions[0]
+	if p, g := m.partition("q", "p"), m.group("q", "p", QueueMode); !ackByIndex(p, g) {
+		t.Fatalf("the batch is not acknowledged through the index: IDsIndexedFrom %d, next %d", p.IDsIndexedFrom, g.Next)
+	}
+	tr := m.txn(
+		opAck("", ackOf(lp, lp.Messages[0], r.LeaseID, AckCompleted)),
+		opPush(item("q", "p", "t", `"again"`)),
+		opAck("", ackOf(lp, lp.Messages[1], r.LeaseID, AckCompleted)),
+	)
+	if !tr.Success || tr.Results[1].Status != PushQueued {
+		t.Fatalf("transaction %+v", tr)
+	}
+	if p := m.partition("q", "p"); p.IDsIndexed(p.NextOffset - 1) {
+		t.Fatalf("the repeat left IDsIndexedFrom at %d (next offset %d)", p.IDsIndexedFrom, p.NextOffset)
+	}
+	again := m.mustPop(Lease{Queue: "q", Batch: 10})
+	if got := txids(again); len(got) != 1 || got[0] != "t" || string(again.Partitions[0].Messages[0].Payload) != `"again"` {
+		t.Fatalf("after the transaction the pop delivered %v, want the repeated t", got)
 	}
 }
