@@ -1,11 +1,8 @@
 package segments
 
 import (
-	"bytes"
 	"path/filepath"
 	"testing"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // checkIDsIndexed checks idmark.go's invariant on partition pid: the index
@@ -97,23 +94,12 @@ func TestSchema5FileOpens(t *testing.T) {
 		return nil
 	})
 	// Rewrite every record as a schema 5 build stored it.
-	must(t, s.db.Update(func(btx *bolt.Tx) error {
-		b := btx.Bucket(bucketParts)
-		var rows [][2][]byte
-		must(t, b.ForEach(func(k, v []byte) error {
-			var p Partition
-			must(t, p.unmarshal(k, v))
-			if p.IDsIndexedFrom != 0 {
-				t.Fatalf("unique ids, yet IDsIndexedFrom %d", p.IDsIndexedFrom)
-			}
-			rows = append(rows, [2][]byte{bytes.Clone(k), p.marshalSchema5()})
-			return nil
-		}))
-		for _, r := range rows {
-			must(t, b.Put(r[0], r[1]))
+	rewriteRecords(t, s, func(p *Partition) []byte {
+		if p.IDsIndexedFrom != 0 {
+			t.Fatalf("unique ids, yet IDsIndexedFrom %d", p.IDsIndexedFrom)
 		}
-		return nil
-	}))
+		return p.marshalSchema5()
+	})
 	s = reopenAs(t, s, path, 5)
 	var next uint64
 	view(t, s, func(tx *Tx) error {

@@ -280,6 +280,33 @@ func reopenAs(t *testing.T, s *Store, path string, schema uint64) *Store {
 	return s
 }
 
+// rewriteRecords stores, in place of each partition record, what as returns
+// for it (an older build's form of it, say), unless that is nil, bypassing
+// the store's cache (tests reopen the store after it). It returns how many
+// it rewrote.
+func rewriteRecords(t *testing.T, s *Store, as func(p *Partition) []byte) int {
+	t.Helper()
+	n := 0
+	must(t, s.db.Update(func(btx *bolt.Tx) error {
+		b := btx.Bucket(bucketParts)
+		var rows [][2][]byte
+		must(t, b.ForEach(func(k, v []byte) error {
+			var p Partition
+			must(t, p.unmarshal(k, v))
+			if rec := as(&p); rec != nil {
+				rows = append(rows, [2][]byte{bytes.Clone(k), rec})
+			}
+			return nil
+		}))
+		for _, r := range rows {
+			must(t, b.Put(r[0], r[1]))
+			n++
+		}
+		return nil
+	}))
+	return n
+}
+
 // marshalUnpacked is p's record as a schema 4 build stored it: the
 // references section as in memory, 41 bytes a reference.
 func (p *Partition) marshalUnpacked() []byte {
@@ -323,24 +350,12 @@ func TestSchema4FileOpens(t *testing.T) {
 	})
 	_, packed, err := s.Digest()
 	must(t, err)
-	unpacked := 0
-	must(t, s.db.Update(func(btx *bolt.Tx) error {
-		b := btx.Bucket(bucketParts)
-		var rows [][2][]byte
-		must(t, b.ForEach(func(k, v []byte) error {
-			var p Partition
-			must(t, p.unmarshal(k, v))
-			if p.recentCount() > 0 {
-				rows = append(rows, [2][]byte{bytes.Clone(k), p.marshalUnpacked()})
-			}
+	unpacked := rewriteRecords(t, s, func(p *Partition) []byte {
+		if p.recentCount() == 0 {
 			return nil
-		}))
-		for _, r := range rows {
-			must(t, b.Put(r[0], r[1]))
-			unpacked++
 		}
-		return nil
-	}))
+		return p.marshalUnpacked()
+	})
 	if unpacked != 2 {
 		t.Fatalf("%d records hold references, want 2", unpacked)
 	}
