@@ -3,6 +3,7 @@ package fsm
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/crownmq/crown/segments"
 )
@@ -60,5 +61,38 @@ func TestAckAfterRetryReleaseInOneRequest(t *testing.T) {
 	}
 	if got := txids(m.mustPop(Lease{Queue: "q", Batch: 3})); !slices.Equal(got, []string{"m1", "m2", "m3"}) {
 		t.Fatalf("redelivery %v, want [m1 m2 m3]", got)
+	}
+}
+
+// leaseReleased is true only for the item that gave a live lease back
+// (README, "Where Crown differs"): not for a second retry or failed item of
+// the same delivery, nor for one without a lease id while no lease is live.
+func TestLeaseReleasedOnlyForTheItemThatGaveTheLeaseBack(t *testing.T) {
+	m := newMachine(t)
+	configureWith(m, "q", func(o *segments.Options) { o.LeaseTime = 10 })
+	m.push(items("q", "p", "m1", "m2")...)
+	for _, status := range []uint8{AckRetry, AckFailed} {
+		r := m.mustPop(Lease{Queue: "q", Batch: 2})
+		lp := r.Partitions[0]
+		ar := m.ack("", ackOf(lp, lp.Messages[0], r.LeaseID, status), ackOf(lp, lp.Messages[1], r.LeaseID, status))
+		if a, b := ar.Items[0], ar.Items[1]; !a.Success || !a.LeaseReleased || !b.Success || b.LeaseReleased {
+			t.Fatalf("status %d: %+v, %+v; want the first item alone to release the lease", status, a, b)
+		}
+	}
+	r := m.mustPop(Lease{Queue: "q", Batch: 2})
+	lp := r.Partitions[0]
+	m.advance(11 * time.Second) // the lease expired
+	before := *m.group("q", "p", QueueMode)
+	ar := m.ack("", ackTx(lp.PartitionID, "m1", [16]byte{}, AckRetry), ackTx(lp.PartitionID, "m2", [16]byte{}, AckFailed))
+	for _, it := range ar.Items {
+		if !it.Success || it.LeaseReleased || it.Error != "" {
+			t.Fatalf("without a lease id after the expiry: %+v", it)
+		}
+	}
+	if g := m.group("q", "p", QueueMode); *g != before {
+		t.Fatalf("the items changed the group: %+v -> %+v", before, *g)
+	}
+	if it := m.ack("", ackOf(lp, lp.Messages[0], r.LeaseID, AckRetry)).Items[0]; it.Success || it.Error != ErrInvalidLease {
+		t.Fatalf("with the expired lease's id: %+v, want %q", it, ErrInvalidLease)
 	}
 }
