@@ -115,25 +115,6 @@ func TestAckByIndexGivesTheScansAnswers(t *testing.T) {
 	}
 }
 
-// Where the choice between the two ways lies.
-func TestAckByIndex(t *testing.T) {
-	for _, tc := range []struct {
-		name              string
-		indexedFrom, next uint64
-		want              bool
-	}{
-		{"the batch starts at the mark", 5, 5, true},
-		{"the batch starts after it", 5, 9, true},
-		{"a repeat inside the batch", 6, 5, false},
-		{"nothing repeated", 0, 0, true},
-	} {
-		p := &segments.Partition{IDsIndexedFrom: tc.indexedFrom}
-		if got := ackByIndex(p, &segments.Group{Next: tc.next}); got != tc.want {
-			t.Errorf("%s: %t", tc.name, got)
-		}
-	}
-}
-
 // A transaction whose push repeats an id of a batch an earlier ack of the
 // same transaction resolved through the index: the index now names the new
 // message, outside the batch, and a later ack of the id must still complete

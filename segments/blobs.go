@@ -70,17 +70,23 @@ func decodeRef(b []byte) (blobRef, error) {
 	if len(b) != refSize || b[0] != refVersion {
 		return blobRef{}, fmt.Errorf("segment reference of %d bytes: %w", len(b), ErrCorrupt)
 	}
-	r := blobRef{
+	r := refFields(b)
+	if r.Pos < 0 {
+		return blobRef{}, fmt.Errorf("segment reference offset %d: %w", r.Pos, ErrCorrupt)
+	}
+	return r, nil
+}
+
+// refFields reads the fields of an encoded reference without checking it:
+// for references checked when they were read (decodeRef, checkRecent).
+func refFields(b []byte) blobRef {
+	return blobRef{
 		File:      binary.BigEndian.Uint64(b[1:]),
 		Pos:       int64(binary.BigEndian.Uint64(b[9:])),
 		Len:       binary.BigEndian.Uint32(b[17:]),
 		CreatedAt: int64(binary.BigEndian.Uint64(b[21:])),
 		Count:     binary.BigEndian.Uint32(b[29:]),
 	}
-	if r.Pos < 0 {
-		return blobRef{}, fmt.Errorf("segment reference offset %d: %w", r.Pos, ErrCorrupt)
-	}
-	return r, nil
 }
 
 // Keys of the files bucket (physical layout, outside the digest).

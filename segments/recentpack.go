@@ -43,16 +43,15 @@ func (p *Partition) packSection(b []byte) []byte {
 func (p *Partition) packRefs(b []byte) []byte {
 	prevFirst, prevFile, prevAt := p.NextOffset, uint64(0), p.LastCreatedAt
 	for i := range p.recentCount() {
-		first, ref := p.recentAt(i)
-		file := binary.BigEndian.Uint64(ref[1:])
-		at := int64(binary.BigEndian.Uint64(ref[21:]))
+		first, enc := p.recentAt(i)
+		r := refFields(enc) // checked when the record was read or the reference made
 		b = binary.AppendVarint(b, int64(first-prevFirst))
-		b = binary.AppendVarint(b, int64(file-prevFile))
-		b = binary.AppendUvarint(b, binary.BigEndian.Uint64(ref[9:]))          // position
-		b = binary.AppendUvarint(b, uint64(binary.BigEndian.Uint32(ref[17:]))) // length
-		b = binary.AppendVarint(b, at-prevAt)
-		b = binary.AppendUvarint(b, uint64(binary.BigEndian.Uint32(ref[29:]))) // count
-		prevFirst, prevFile, prevAt = first, file, at
+		b = binary.AppendVarint(b, int64(r.File-prevFile))
+		b = binary.AppendUvarint(b, uint64(r.Pos))
+		b = binary.AppendUvarint(b, uint64(r.Len))
+		b = binary.AppendVarint(b, r.CreatedAt-prevAt)
+		b = binary.AppendUvarint(b, uint64(r.Count))
+		prevFirst, prevFile, prevAt = first, r.File, r.CreatedAt
 	}
 	return b
 }
