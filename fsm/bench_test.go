@@ -161,6 +161,58 @@ func BenchmarkApplyPopAck(b *testing.B) {
 	}
 }
 
+// BenchmarkApplyPop: pops of up to 100 messages claiming up to 4
+// partitions, from a backlog written as the load generator writes one:
+// pushes of 100 messages, each to 100 partitions in turn. Over 8 partitions
+// a push makes segments of 12-13 messages; over 1,000 (as over 10,000)
+// every message is a segment of its own, and the segments of neighbouring
+// partitions lie side by side in the blob files. Only the pops are timed;
+// each batch is then acknowledged.
+func BenchmarkApplyPop(b *testing.B) {
+	for _, parts := range []int{8, 1000} {
+		b.Run(fmt.Sprintf("partitions=%d", parts), func(b *testing.B) {
+			m := newMachine(b)
+			round := 0
+			fill := func() {
+				// 25 messages a partition, 8 pushes an entry.
+				var cmds []Command
+				for k := range max(parts/4, 8) {
+					items := benchItems("q", 1, 100, fmt.Sprintf("f%d-%d-", round, k))
+					for i := range items {
+						items[i].Partition = "p" + strconv.Itoa((k*100+i)%parts)
+					}
+					if cmds = append(cmds, &Push{Items: items}); len(cmds) == 8 {
+						m.apply(cmds...)
+						cmds = nil
+					}
+				}
+				if len(cmds) > 0 {
+					m.apply(cmds...)
+				}
+				round++
+			}
+			fill()
+			b.ReportAllocs()
+			msgs := 0
+			for b.Loop() {
+				r := m.pop(Lease{Queue: "q", Batch: 100, MaxPartitions: 4})
+				b.StopTimer()
+				if r.Count() == 0 {
+					fill()
+				} else {
+					msgs += r.Count()
+					m.ack("", ackAll(r, AckCompleted)...)
+				}
+				m.advance(time.Microsecond)
+				b.StartTimer()
+			}
+			if msgs > 0 {
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(msgs), "ns/msg")
+			}
+		})
+	}
+}
+
 // BenchmarkApplyAck: an ack/batch of the 100 messages a pop delivered from
 // one partition whose segments hold 1, 4, 12 or 100 messages (over 10,000
 // partitions nearly every message is a segment of its own; over 8, a push of

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
@@ -50,6 +51,7 @@ func (a *applier) lease(c *Lease, principal string) any {
 			lastClaimed, claimedAny = q.Name, true
 		}
 	}
+	a.readClaimed(&p)
 	// The smallest name after lastClaimed: the next discovery pop of the
 	// group on this scope starts at the queue after it. Unchanged (the
 	// same queue served last again), it is not written again.
@@ -57,6 +59,34 @@ func (a *applier) lease(c *Lease, principal string) any {
 		must(a.tx.PutDiscoveryFrom(c.Group, c.Namespace, c.Task, next))
 	}
 	return res
+}
+
+// readClaimed fills the claimed partitions' messages on the node answering
+// the pop. Payloads alias their blobs, which stay as they are after the
+// commit (Tx.Scan).
+func (a *applier) readClaimed(p *popState) {
+	if len(p.reads) == 0 {
+		return
+	}
+	parts := p.res.Partitions
+	must(a.tx.ReadPlanned(&p.plan, func(rng int, sm *segments.StoredMessage) error {
+		r := p.reads[rng]
+		lp := &parts[r.part]
+		if lp.Messages == nil {
+			lp.Messages = make([]DeliveredMessage, 0, lp.Delivered)
+		}
+		lp.Messages = append(lp.Messages, DeliveredMessage{
+			ID: sm.ID, TxID: sm.TxID, TraceID: sm.TraceID, HasTrace: sm.HasTrace,
+			ProducerSub: sm.ProducerSub, Payload: sm.Payload, Encrypted: sm.Encrypted,
+			CreatedAt: sm.CreatedAt, RetryCount: r.retry,
+		})
+		return nil
+	}))
+	for _, r := range p.reads {
+		if lp := &parts[r.part]; uint32(len(lp.Messages)) != lp.Delivered {
+			must(fmt.Errorf("partition %s: claimed %d messages, read %d: %w", lp.Partition, lp.Delivered, len(lp.Messages), segments.ErrCorrupt))
+		}
+	}
 }
 
 // popGated pops from q within the limits its OJS rules set: a paused,
@@ -124,6 +154,17 @@ type popState struct {
 	maxParts  uint32
 	claimed   uint32
 	principal string
+
+	// What the answering node reads once the pop has claimed: one range of
+	// plan per claimed partition, in the order of reads.
+	plan  segments.ReadPlan
+	reads []claimedRead
+}
+
+// claimedRead is a claimed partition whose messages the pop's answer carries.
+type claimedRead struct {
+	part  int    // index in the result's Partitions
+	retry uint64 // the group's retry count there, before this delivery
 }
 
 func (p *popState) done() bool { return p.remaining == 0 || p.claimed >= p.maxParts }
@@ -282,36 +323,10 @@ func (a *applier) tryClaim(p *popState, q *segments.Queue, part *segments.Partit
 	if g != nil {
 		retry = g.Retry
 	}
-	var (
-		n    uint32
-		last uint64
-		msgs []DeliveredMessage
-	)
-	// The node answering the pop reads the messages; the others only need
-	// the claimed range. Both stop at the same message. Payloads alias
-	// their blobs, which stay as they are after the commit (Tx.Scan).
-	if a.full {
-		must(a.tx.Scan(part, start, func(sm *segments.StoredMessage) (bool, error) {
-			if sm.CreatedAt > e.visible || (e.before != 0 && sm.Offset >= e.before) {
-				return false, nil
-			}
-			n++
-			last = sm.Offset
-			if msgs == nil {
-				// Room for the batch, up to 128: a batch may ask for
-				// 10,000 from a partition that holds a few.
-				msgs = make([]DeliveredMessage, 0, min(p.remaining, 128))
-			}
-			msgs = append(msgs, DeliveredMessage{
-				ID: sm.ID, TxID: sm.TxID, TraceID: sm.TraceID, HasTrace: sm.HasTrace,
-				ProducerSub: sm.ProducerSub, Payload: sm.Payload, Encrypted: sm.Encrypted,
-				CreatedAt: sm.CreatedAt, RetryCount: retry,
-			})
-			return n < p.remaining, nil
-		}))
-	} else {
-		n, last, _ = e.deliverable(a.tx, part, p.remaining)
-	}
+	// Every node claims by references alone; the node answering the pop
+	// reads the claimed messages once every partition is claimed
+	// (readClaimed), so that neighbouring segments are read together.
+	n, last, _ := e.deliverable(a.tx, part, p.remaining)
 	if n == 0 {
 		return false
 	}
@@ -346,8 +361,12 @@ func (a *applier) tryClaim(p *popState, q *segments.Queue, part *segments.Partit
 	}
 	must(a.tx.PutGroup(part.ID, c.Group, g))
 
+	if a.full {
+		must1(a.tx.PlanRead(&p.plan, part, start, last))
+		p.reads = append(p.reads, claimedRead{part: len(p.res.Partitions), retry: retry})
+	}
 	p.res.Partitions = append(p.res.Partitions, LeasedPartition{
-		Queue: q.Name, Partition: part.Name, PartitionID: part.UUID, Delivered: n, Messages: msgs,
+		Queue: q.Name, Partition: part.Name, PartitionID: part.UUID, Delivered: n,
 	})
 	p.remaining -= n
 	p.claimed++
