@@ -21,6 +21,20 @@ func readPlanned(t *testing.T, tx *Tx, rp *ReadPlan) [][]string {
 	return out
 }
 
+// newPartitions commits queue q with n partitions, p000.., and returns
+// their ids in name order.
+func newPartitions(t *testing.T, s *Store, n int) []uint64 {
+	t.Helper()
+	pids := make([]uint64, n)
+	update(t, s, func(tx *Tx) error {
+		for i := range pids {
+			pids[i] = newPartition(t, tx, "q", fmt.Sprintf("p%03d", i)).ID
+		}
+		return nil
+	})
+	return pids
+}
+
 // scanRange is what Scan gives of pid from from to last.
 func scanRange(t *testing.T, tx *Tx, pid, from, last uint64) []string {
 	t.Helper()
@@ -47,13 +61,7 @@ func TestReadPlanGivesWhatScanGives(t *testing.T) {
 			must(t, err)
 			t.Cleanup(func() { s.Close() })
 			const parts = 12
-			pids := make([]uint64, parts)
-			update(t, s, func(tx *Tx) error {
-				for i := range pids {
-					pids[i] = newPartition(t, tx, "q", fmt.Sprintf("p%d", i)).ID
-				}
-				return nil
-			})
+			pids := newPartitions(t, s, parts)
 			n := 0
 			fill := func(tx *Tx, segments int) {
 				for range segments {
@@ -125,13 +133,7 @@ func TestReadPlanGivesWhatScanGives(t *testing.T) {
 func TestReadPlanReadsNeighboursTogether(t *testing.T) {
 	s := openStore(t)
 	const parts = 100
-	pids := make([]uint64, parts)
-	update(t, s, func(tx *Tx) error {
-		for i := range pids {
-			pids[i] = newPartition(t, tx, "q", fmt.Sprintf("p%03d", i)).ID
-		}
-		return nil
-	})
+	pids := newPartitions(t, s, parts)
 	// Two layers: each partition's first message in one transaction, its
 	// second in the next, so a partition's two segments lie 100 segments
 	// (about 10 KB, more than planGap) apart and a layer's lie side by side.
