@@ -257,9 +257,9 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	if err != nil {
 		return fail(err)
 	}
-	var transport raft.Transport = trans
+	var transport raft.Transport = mainLoopHeartbeats{trans}
 	if probation {
-		n.guard = newVoteGuard(trans, rc.LocalID, marker, log)
+		n.guard = newVoteGuard(transport, rc.LocalID, marker, log)
 		cleanup = append(cleanup, func() { n.guard.Close() })
 		transport = n.guard
 		log.Info("on probation: this node's Raft log started empty, so it votes only for a first bootstrap until it has caught up with a leader (raftnode/DESIGN.md)")
