@@ -27,13 +27,14 @@ func heartbeatPath(t *testing.T, wrap func(*raft.NetworkTransport) raft.Transpor
 	answer := func(rpc raft.RPC) { rpc.Respond(&raft.AppendEntriesResponse{Term: 7, Success: true}, nil) }
 	fastCh := make(chan struct{}, 1)
 	to.SetHeartbeatHandler(func(rpc raft.RPC) { fastCh <- struct{}{}; answer(rpc) })
-	consumedCh := make(chan struct{}, 1)
+	consumedCh, done := make(chan struct{}, 1), make(chan struct{})
+	t.Cleanup(func() { close(done) })
 	go func() {
 		select {
 		case rpc := <-to.Consumer():
 			consumedCh <- struct{}{}
 			answer(rpc)
-		case <-time.After(10 * time.Second):
+		case <-done:
 		}
 	}()
 	// What NetworkTransport takes for a heartbeat: a term and a leader,
