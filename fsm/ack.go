@@ -117,7 +117,7 @@ func (s *ackSession) cursor(p *segments.Partition) *groupCursor {
 		c.leaseAtStart = g.LeaseID
 		if g.Next <= g.LeaseLast {
 			c.batchFrom, c.batchLast = g.Next, g.LeaseLast
-			c.byIndex = ackByIndex(p, g)
+			c.byIndex = ackByIndex(p, c.batchFrom)
 			if !c.byIndex || s.a.verifyAcks {
 				c.scanBatch(s.a.tx, g.LeaseDelivered)
 			}
@@ -174,15 +174,15 @@ func (s *ackSession) resolve(it *AckItem) (ackTarget, bool) {
 	return ackTarget{cur: c, offset: off}, true
 }
 
-// ackByIndex reports whether the acknowledgments of g's batch in p are
-// resolved by looking each id up in the index rather than by scanning the
-// batch: whenever the index names every message from the batch on, so that
+// ackByIndex reports whether the acknowledgments of a batch of p starting
+// at from are resolved by looking each id up in the index rather than by
+// scanning the batch: whenever the index names every message from the batch on, so that
 // it gives the scan's answers (segments/idmark.go). A scan reads a blob per
 // segment; over many partitions nearly every message is a segment of its
 // own, and the lookups took a third of the time there, and no more with
 // segments of 100 messages (BenchmarkApplyAck).
-func ackByIndex(p *segments.Partition, g *segments.Group) bool {
-	return p.IDsIndexed(g.Next)
+func ackByIndex(p *segments.Partition, from uint64) bool {
+	return p.IDsIndexed(from)
 }
 
 // reload re-reads the partition records the session holds. A push in the
@@ -195,7 +195,7 @@ func (s *ackSession) reload() {
 	for _, c := range s.order {
 		if p := must1(s.a.tx.PartitionByID(c.part.ID)); p != nil {
 			c.part = p
-			if c.byIndex && !p.IDsIndexed(c.batchFrom) {
+			if c.byIndex && !ackByIndex(p, c.batchFrom) {
 				if c.leased == nil {
 					c.scanBatch(s.a.tx, 0)
 				}

@@ -57,7 +57,7 @@ func TestAckByIndexGivesTheScansAnswers(t *testing.T) {
 					for _, lp := range r.Partitions {
 						p, g := m.partition("q", lp.Partition), m.group("q", lp.Partition, QueueMode)
 						if g != nil && g.LeaseLive(m.now.UnixMicro()) && g.Next <= g.LeaseLast {
-							if ackByIndex(p, g) {
+							if ackByIndex(p, g.Next) {
 								byIndex++
 							} else {
 								bySegments++
@@ -127,7 +127,7 @@ func TestAckByIndexInATransactionThatRepeatsAnID(t *testing.T) {
 	m.advance(2 * time.Second) // t's dedup window closed: a push of it is stored again
 	r := m.mustPop(Lease{Queue: "q", Batch: 10})
 	lp := r.Partitions[0]
-	if p, g := m.partition("q", "p"), m.group("q", "p", QueueMode); !ackByIndex(p, g) {
+	if p, g := m.partition("q", "p"), m.group("q", "p", QueueMode); !ackByIndex(p, g.Next) {
 		t.Fatalf("the batch is not acknowledged through the index: IDsIndexedFrom %d, next %d", p.IDsIndexedFrom, g.Next)
 	}
 	tr := m.txn(

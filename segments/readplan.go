@@ -79,38 +79,17 @@ func (t *Tx) ReadPlanned(rp *ReadPlan, fn func(rng int, sm *StoredMessage) error
 	if err := t.readPlanned(rp); err != nil {
 		return err
 	}
-	var (
-		sm StoredMessage
-		r  SegmentReader
-	)
+	var sm StoredMessage
 	for i := range rp.segs {
 		s := &rp.segs[i]
-		if err := r.reset(s.blob); err != nil {
+		n, _, err := eachMessage(s.blob, s.first, s.from, s.to, &sm, func(sm *StoredMessage) (bool, error) {
+			return true, fn(s.rng, sm)
+		})
+		if err != nil {
 			return fmt.Errorf("segment %d: %w", s.first, err)
 		}
-		want := s.to - s.from + 1
-		for {
-			idx, ok, err := r.Next(&sm.Message)
-			if err != nil {
-				return fmt.Errorf("segment %d: %w", s.first, err)
-			}
-			if !ok {
-				break
-			}
-			off := s.first + uint64(idx)
-			if off < s.from || off > s.to {
-				continue
-			}
-			sm.Offset = off
-			sm.CreatedAt = r.Header.CreatedAt
-			sm.ID = MessageID(r.Header.CreatedAt, r.Header.BaseSeq+uint64(idx))
-			if err := fn(s.rng, &sm); err != nil {
-				return err
-			}
-			want--
-		}
-		if want != 0 {
-			return fmt.Errorf("segment %d holds %d fewer messages than its reference counts: %w", s.first, want, ErrCorrupt)
+		if want := s.to - s.from + 1; n != want {
+			return fmt.Errorf("segment %d holds %d of the %d messages its reference counts there: %w", s.first, n, want, ErrCorrupt)
 		}
 	}
 	return nil

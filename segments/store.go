@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -1029,30 +1030,40 @@ func (t *Tx) Scan(p *Partition, from uint64, fn func(*StoredMessage) (bool, erro
 		if err != nil {
 			return false, fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
 		}
-		r, err := NewSegmentReader(blob)
+		_, more, err := eachMessage(blob, first, from, math.MaxUint64, &sm, fn)
 		if err != nil {
 			return false, fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
 		}
-		for {
-			idx, ok, err := r.Next(&sm.Message)
-			if err != nil {
-				return false, fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
-			}
-			if !ok {
-				return true, nil
-			}
-			off := first + uint64(idx)
-			if off < from {
-				continue
-			}
-			sm.Offset = off
-			sm.CreatedAt = r.Header.CreatedAt
-			sm.ID = MessageID(r.Header.CreatedAt, r.Header.BaseSeq+uint64(idx))
-			if more, err := fn(&sm); err != nil || !more {
-				return false, err
-			}
-		}
+		return more, nil
 	})
+}
+
+// eachMessage decodes the segment blob whose first offset is first and
+// calls fn with each of its messages at offsets from to last (inclusive), in
+// order, in sm. It returns how many it passed to fn and whether fn asked for
+// more.
+func eachMessage(blob []byte, first, from, last uint64, sm *StoredMessage, fn func(*StoredMessage) (bool, error)) (n uint64, more bool, err error) {
+	var r SegmentReader
+	if err := r.reset(blob); err != nil {
+		return 0, false, err
+	}
+	for {
+		idx, ok, err := r.Next(&sm.Message)
+		if err != nil || !ok {
+			return n, err == nil, err
+		}
+		off := first + uint64(idx)
+		if off < from || off > last {
+			continue
+		}
+		sm.Offset = off
+		sm.CreatedAt = r.Header.CreatedAt
+		sm.ID = MessageID(r.Header.CreatedAt, r.Header.BaseSeq+uint64(idx))
+		n++
+		if more, err := fn(sm); err != nil || !more {
+			return n, false, err
+		}
+	}
 }
 
 // ScanTxIDs walks the transaction ids of the partition's messages from
