@@ -360,9 +360,13 @@ func (s *ackSession) advance(c *groupCursor, off uint64) bool {
 		g.EndBatch()
 		g.Retry = 0
 		g.Batches++
+		g.PassSkipped()
 		c.dirty = true
 		s.a.events.touch(c.queue.Name)
 		return live
+	}
+	if g.PassSkipped() {
+		c.dirty = true
 	}
 	return false
 }

@@ -120,6 +120,9 @@ func applySeek(a *applier, c *Seek) any {
 		} else {
 			g.Next = firstAfter(a.tx, p, c.Timestamp)
 		}
+		// A range an OJS purge removed for the group stays removed: a
+		// seek before it reads up to it, then past it.
+		g.PassSkipped()
 		must(a.tx.PutGroup(p.ID, c.Group, g))
 		res.Partitions++
 	}
@@ -146,6 +149,7 @@ func applySeekPartition(a *applier, c *SeekPartition) any {
 		releaseForSeek(a, p, c.Group, g)
 	}
 	g.Next = p.NextOffset
+	g.PassSkipped()
 	must(a.tx.PutGroup(p.ID, c.Group, g))
 	a.events.touch(q.Name)
 	return &SeekPartitionResult{Found: true, MovedTo: p.LastCreatedAt}

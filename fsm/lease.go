@@ -289,6 +289,17 @@ func checkPartition(tx *segments.Tx, q *segments.Queue, part *segments.Partition
 	if e.start < part.FirstOffset {
 		e.start = part.FirstOffset
 	}
+	if g := e.g; g != nil && g.HasSkip() && e.start < g.SkipTo {
+		// An OJS purge removed [SkipFrom, SkipTo) for this group while it
+		// held a batch before it; what is still stored there is other
+		// groups' live batches. The group finishes its own batch first (a
+		// redelivery stops before the range), then goes on after it.
+		if e.start >= g.SkipFrom || storedBetween(tx, part, e.start, g.SkipFrom) == 0 {
+			e.start = g.SkipTo
+		} else {
+			e.before = g.SkipFrom
+		}
+	}
 	if part.Messages == 0 || e.start >= part.NextOffset {
 		return e
 	}
@@ -303,7 +314,9 @@ func checkPartition(tx *segments.Tx, q *segments.Queue, part *segments.Partition
 		}
 		// Only the current burst is held: what an ended burst collected
 		// still delivers, up to the held tail.
-		e.before, e.heldUntil = from, until
+		if e.before == 0 || from < e.before {
+			e.before, e.heldUntil = from, until
+		}
 	}
 	e.visible = now - Micros(q.Options.DelayedProcessing)
 	e.ok = true
@@ -359,6 +372,7 @@ func (a *applier) tryClaim(p *popState, q *segments.Queue, part *segments.Partit
 		g.LeaseDelivered = uint64(n)
 		must(a.tx.IndexLease(g.LeaseID, part.ID, c.Group))
 	}
+	g.PassSkipped()
 	must(a.tx.PutGroup(part.ID, c.Group, g))
 
 	if a.full {

@@ -943,6 +943,12 @@ func (a *applier) purgeBacklog(p *segments.Partition) uint64 {
 	for _, x := range groups {
 		g := x.g
 		if g.LeaseLive(a.now) && g.HasBatch() {
+			// The batch stays; what follows it is removed for this group,
+			// though other groups' live batches there stay stored.
+			if from := g.LeaseLast + 1; from < p.NextOffset {
+				g.SkipFrom, g.SkipTo = from, p.NextOffset
+				must(a.tx.PutGroup(p.ID, x.name, g))
+			}
 			continue
 		}
 		if g.HasLease() {
@@ -952,6 +958,7 @@ func (a *applier) purgeBacklog(p *segments.Partition) uint64 {
 		if g.Next < p.NextOffset {
 			g.Next = p.NextOffset
 		}
+		g.PassSkipped() // a range an earlier purge left is behind it now
 		must(a.tx.PutGroup(p.ID, x.name, g))
 	}
 	var segs []span

@@ -21,10 +21,9 @@ type span struct{ first, last uint64 }
 // slowest cursor, and past the end of the earliest live batch) each group
 // has consumed a message or holds it in its batch; the groups without a
 // live lease are moved to the end by the purge. What a live batch holds
-// stays stored for its redelivery, so a group behind another's batch still
-// reads that batch's messages once its own ends: a per-group skip would
-// need a field in the group record, which the segments format does not
-// have.
+// stays stored for its redelivery, so a purge gives each group with a live
+// batch the range after it to skip (Group.SkipFrom, SkipTo): a group behind
+// another's batch does not read that batch's messages once its own ends.
 type idleBacklog struct {
 	from    uint64
 	batches []span // live leased batches, sorted by first offset

@@ -64,6 +64,9 @@ func ojsView(tx *segments.Tx, q *segments.Queue, now int64) OJSQueueView {
 				active = max(active, storedBetween(tx, p, g.Next, g.LeaseLast+1))
 				from = g.LeaseLast + 1
 			}
+			if g.HasSkip() && from >= g.SkipFrom {
+				from = max(from, g.SkipTo)
+			}
 			if !groups || from < availFrom {
 				availFrom = from
 			}

@@ -63,6 +63,11 @@ func groupPartitionState(tx *segments.Tx, q *segments.Queue, p *segments.Partiti
 	st := GroupPartitionState{Queue: q.Name, Partition: p.Name, PartitionID: p.UUID, Consumed: g.Consumed,
 		LastConsumedAt: g.LastConsumedAt, LeaseActive: g.LeaseLive(now)}
 	st.OffsetLag, st.OldestUnconsumed, st.TimeLag = cursorLag(tx, p, g.Next, now)
+	if g.HasSkip() {
+		// What an OJS purge removed for the group and other groups' live
+		// batches still hold is not the group's to consume.
+		st.OffsetLag -= min(st.OffsetLag, storedBetween(tx, p, max(g.Next, g.SkipFrom), g.SkipTo))
+	}
 	return st
 }
 

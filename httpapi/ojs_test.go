@@ -441,3 +441,52 @@ func TestOJSAllConfigProblems(t *testing.T) {
 	check(s.ojs("PUT", "/ojs/v1/queues/mp/config", `{"config":{"nope":{},"capacity":{"max_depth":-1}}}`),
 		400, "invalid_request", "config.nope", "config.capacity.max_depth")
 }
+
+// TestOJSPurgeGroupSkipsAnotherGroupsBatch: after a backlog purge, a
+// consumer group that held a live batch finishes it and then reads only
+// what is pushed after the purge, never the batch another group still
+// holds (kept stored for that group's redelivery); that group likewise.
+func TestOJSPurgeGroupSkipsAnotherGroupsBatch(t *testing.T) {
+	s := newStack(t)
+	s.ojs("POST", "/ojs/v1/queues", `{"name":"pg"}`).want(t, 201)
+	var items []obj
+	for _, tx := range []string{"m1", "m2", "m3", "m4"} {
+		items = append(items, obj{"queue": "pg", "partition": "p", "transactionId": tx, "payload": tx})
+	}
+	s.push(items...)
+	pop := func(group string, batch int) string {
+		return fmt.Sprintf("/api/v1/pop/queue/pg/partition/p?batch=%d&wait=false&consumerGroup=%s", batch, group)
+	}
+	ackOne := func(group string, m obj) {
+		t.Helper()
+		r := s.ack(obj{"transactionId": m["transactionId"], "partitionId": m["partitionId"], "leaseId": m["leaseId"],
+			"consumerGroup": group, "status": "completed"})
+		if r["success"] != true {
+			t.Fatalf("ack of %v by %s: %v", m["transactionId"], group, r)
+		}
+	}
+	b := s.popOne(pop("B", 1)) // B leases m1
+	for range 2 {              // A consumes m1, m2
+		ackOne("A", s.popOne(pop("A", 1)))
+	}
+	a := s.popOne(pop("A", 1)) // A leases m3
+	if b["transactionId"] != "m1" || a["transactionId"] != "m3" {
+		t.Fatalf("setup: B leased %v, A leased %v", b["transactionId"], a["transactionId"])
+	}
+	s.ojs("POST", "/ojs/v1/queues/pg/purge", `{"confirm":true}`).want(t, 200)
+
+	ackOne("B", b)
+	if got := s.popGroupTxIDs(pop("B", 10)); len(got) != 0 {
+		t.Fatalf("B read %v after its batch: the purge removed m2..m4 for it, m3 stays only for A's batch", got)
+	}
+	ackOne("A", a)
+	if got := s.popGroupTxIDs(pop("A", 10)); len(got) != 0 {
+		t.Fatalf("A read %v after its batch", got)
+	}
+	s.push(obj{"queue": "pg", "partition": "p", "transactionId": "m5", "payload": "m5"})
+	for _, g := range []string{"A", "B"} {
+		if got := s.popGroupTxIDs(pop(g, 10)); len(got) != 1 || got[0] != "m5" {
+			t.Fatalf("%s read %v after a push that followed the purge, want [m5]", g, got)
+		}
+	}
+}

@@ -194,9 +194,36 @@ type Group struct {
 	Consumed       uint64 // totalConsumed
 	Batches        uint64 // batchesConsumed
 	LastConsumedAt int64  // unix µs, 0 if never
+	// SkipFrom and SkipTo (0, 0: none) are offsets an OJS purge removed
+	// for this group while it held a live batch ending before SkipFrom:
+	// [SkipFrom, SkipTo) may still hold other groups' live batches, kept
+	// for their redelivery, which this group must not read. Once its
+	// position reaches SkipFrom it moves to SkipTo (PassSkipped).
+	SkipFrom, SkipTo uint64
 }
 
-const groupSize = 8 + 16 + 8*7
+const (
+	groupSize = 8 + 16 + 8*7
+	// groupSkipSize is a record with a skip range. Only such records carry
+	// it, so the state of a cluster that never purged beside a live batch
+	// keeps the bytes (and digests) of the records before it.
+	groupSkipSize = groupSize + 16
+)
+
+// HasSkip reports whether an OJS purge left the group a range to skip.
+func (g *Group) HasSkip() bool { return g.SkipTo != 0 }
+
+// PassSkipped moves the position over the skip range once it has reached
+// the range, and drops the range; it reports whether the position moved.
+func (g *Group) PassSkipped() bool {
+	if !g.HasSkip() || g.Next < g.SkipFrom {
+		return false
+	}
+	moved := g.Next < g.SkipTo
+	g.Next = max(g.Next, g.SkipTo)
+	g.SkipFrom, g.SkipTo = 0, 0
+	return moved
+}
 
 // HasLease reports whether a lease record is present (live or expired).
 func (g *Group) HasLease() bool { return g.LeaseID != [16]byte{} }
@@ -220,7 +247,11 @@ func (g *Group) EndBatch() {
 }
 
 func (g *Group) marshal() []byte {
-	b := make([]byte, groupSize)
+	size := groupSize
+	if g.HasSkip() {
+		size = groupSkipSize
+	}
+	b := make([]byte, size)
 	putU64(b, g.Next)
 	copy(b[8:24], g.LeaseID[:])
 	o := 24
@@ -229,11 +260,15 @@ func (g *Group) marshal() []byte {
 		putU64(b[o:], v)
 		o += 8
 	}
+	if g.HasSkip() {
+		putU64(b[groupSize:], g.SkipFrom)
+		putU64(b[groupSize+8:], g.SkipTo)
+	}
 	return b
 }
 
 func (g *Group) unmarshal(b []byte) error {
-	if len(b) != groupSize {
+	if len(b) != groupSize && len(b) != groupSkipSize {
 		return fmt.Errorf("group record of %d bytes: %w", len(b), ErrCorrupt)
 	}
 	g.Next = u64(b)
@@ -245,6 +280,13 @@ func (g *Group) unmarshal(b []byte) error {
 	g.Consumed = u64(b[56:])
 	g.Batches = u64(b[64:])
 	g.LastConsumedAt = int64(u64(b[72:]))
+	g.SkipFrom, g.SkipTo = 0, 0
+	if len(b) == groupSkipSize {
+		g.SkipFrom, g.SkipTo = u64(b[groupSize:]), u64(b[groupSize+8:])
+		if g.SkipTo == 0 || g.SkipFrom >= g.SkipTo {
+			return fmt.Errorf("group record skips [%d, %d): %w", g.SkipFrom, g.SkipTo, ErrCorrupt)
+		}
+	}
 	return nil
 }
 

@@ -614,9 +614,70 @@ func TestCorruptPartitionRecord(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 	og := Group{Next: 1, LeaseID: [16]byte{2}, LeaseExpiry: 3, LeaseLast: 4, LeaseDelivered: 5, Retry: 6, Consumed: 7, Batches: 8, LastConsumedAt: 9}
+	if b := og.marshal(); len(b) != groupSize {
+		t.Fatalf("a group without a skip range is %d bytes, want the %d of the records before it", len(b), groupSize)
+	}
 	if err := g.unmarshal(og.marshal()); err != nil || g != og {
 		t.Fatalf("group round trip %+v %v", g, err)
 	}
+	og.SkipFrom, og.SkipTo = 5, 12
+	if err := g.unmarshal(og.marshal()); err != nil || g != og {
+		t.Fatalf("group with a skip range round trip %+v %v", g, err)
+	}
+	for _, skip := range [][2]uint64{{0, 0}, {7, 7}, {9, 3}} {
+		b := og.marshal()
+		putU64(b[groupSize:], skip[0])
+		putU64(b[groupSize+8:], skip[1])
+		if err := g.unmarshal(b); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("a skip range [%d, %d) decoded: %v", skip[0], skip[1], err)
+		}
+	}
+}
+
+func TestGroupPassSkipped(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		next             uint64
+		wantNext         uint64
+		wantMoved, wants bool
+	}{
+		{"before the range: kept", 3, 3, false, true},
+		{"at its start: moved past it", 5, 12, true, false},
+		{"inside it: moved past it", 8, 12, true, false},
+		{"past it already: dropped", 20, 20, false, false},
+	} {
+		g := Group{Next: tc.next, SkipFrom: 5, SkipTo: 12}
+		moved := g.PassSkipped()
+		if moved != tc.wantMoved || g.Next != tc.wantNext || g.HasSkip() != tc.wants {
+			t.Errorf("%s: moved %v, next %d, skip [%d, %d)", tc.name, moved, g.Next, g.SkipFrom, g.SkipTo)
+		}
+	}
+	g := Group{Next: 7}
+	if g.PassSkipped() || g.Next != 7 {
+		t.Errorf("a group with no range moved: %+v", g)
+	}
+}
+
+// FuzzGroupRecord: any bytes decode to a group or fail with ErrCorrupt, and
+// a group that decodes encodes back to the same bytes.
+func FuzzGroupRecord(f *testing.F) {
+	g := Group{Next: 1, LeaseID: [16]byte{2}, LeaseExpiry: 3, LeaseLast: 4}
+	f.Add(g.marshal())
+	g.SkipFrom, g.SkipTo = 5, 9
+	f.Add(g.marshal())
+	f.Add(make([]byte, groupSkipSize))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var g Group
+		if err := g.unmarshal(b); err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v is not ErrCorrupt", err)
+			}
+			return
+		}
+		if got := g.marshal(); !bytes.Equal(got, b) {
+			t.Fatalf("decoded %x to %+v, encoded back %x", b, g, got)
+		}
+	})
 }
 
 func TestGroupLease(t *testing.T) {
