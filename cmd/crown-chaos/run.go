@@ -373,8 +373,9 @@ func (r *runner) run(ctx context.Context) (rc int) {
 	r.wl = workload.New(wcfg, h, r.client)
 	r.wl.Start(ctx)
 	progressDone := make(chan struct{})
+	stopProgress := sync.OnceFunc(func() { close(progressDone) })
 	go r.progressLoop(progressDone)
-	defer close(progressDone)
+	defer stopProgress()
 	wc := r.wl.Config()
 	r.logf("workload: %d queues x %d partitions (one producer each, %.1f pushes/s), groups %s, %d consumers per queue and group, lease %ds, failure rate %.0f%%",
 		len(queues), len(parts), wc.PushRate, strings.Join(checker.GroupNames(groups), ","), wc.ConsumersPerGroup, wc.LeaseSeconds, wc.FailureRate*100)
@@ -403,10 +404,14 @@ func (r *runner) run(ctx context.Context) (rc int) {
 		r.note("drain incomplete after " + o.drainWait.String() + ": " + missing)
 	}
 	r.wl.StopConsumers()
+	// The workload is over: a progress line would repeat its last counts
+	// through the checks and the teardown below.
+	stopProgress()
 	r.final(ctx, queues, parts)
 	if wc.Deletes {
 		r.verifyDeletes(ctx)
 	}
+	r.logf("stopping the cluster (%s backend)", r.be.Name())
 	cleanup()
 	if ctx.Err() != nil {
 		r.logf("interrupted")
