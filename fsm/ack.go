@@ -352,6 +352,11 @@ func (s *ackSession) advance(c *groupCursor, off uint64) bool {
 		g.LastConsumedAt = s.a.now
 		c.dirty = true
 	}
+	// Past the range an OJS purge left the group to skip (its batch ends
+	// before the range, so reaching it also ends the batch below).
+	if g.PassSkipped() {
+		c.dirty = true
+	}
 	if g.HasBatch() && g.Next > g.LeaseLast {
 		live := g.LeaseLive(s.a.now)
 		if g.HasLease() {
@@ -360,13 +365,9 @@ func (s *ackSession) advance(c *groupCursor, off uint64) bool {
 		g.EndBatch()
 		g.Retry = 0
 		g.Batches++
-		g.PassSkipped()
 		c.dirty = true
 		s.a.events.touch(c.queue.Name)
 		return live
-	}
-	if g.PassSkipped() {
-		c.dirty = true
 	}
 	return false
 }
