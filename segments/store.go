@@ -1053,7 +1053,10 @@ func eachMessage(blob []byte, first, from, last uint64, sm *StoredMessage, fn fu
 			return n, err == nil, err
 		}
 		off := first + uint64(idx)
-		if off < from || off > last {
+		if off > last {
+			return n, true, nil // messages are in offset order: the rest is past last too
+		}
+		if off < from {
 			continue
 		}
 		sm.Offset = off
