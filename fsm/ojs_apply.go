@@ -430,64 +430,6 @@ func applyOJSSetState(a *applier, c *OJSSetState) any {
 
 // ---- counts ----
 
-// slowest is the smallest position of any group on the partition, or the
-// partition's first stored offset when no group has consumed there.
-func slowest(tx *segments.Tx, p *segments.Partition) uint64 {
-	from := uint64(0)
-	any := false
-	must(tx.ForEachGroup(p.ID, func(_ string, g *segments.Group) (bool, error) {
-		if !any || g.Next < from {
-			from = g.Next
-		}
-		any = true
-		return true, nil
-	}))
-	if !any || from < p.FirstOffset {
-		return p.FirstOffset
-	}
-	return from
-}
-
-// partitionBacklog counts the stored messages after the slowest group's
-// cursor (all stored messages where no group has consumed).
-func partitionBacklog(tx *segments.Tx, p *segments.Partition) uint64 {
-	if p.Messages == 0 {
-		return 0
-	}
-	return storedBetween(tx, p, slowest(tx, p), p.NextOffset)
-}
-
-// partitionBacklogBytes sums the payload bytes of the backlog, scanning the
-// smaller of the backlog and the consumed-but-stored prefix.
-func partitionBacklogBytes(tx *segments.Tx, p *segments.Partition) uint64 {
-	if p.Messages == 0 {
-		return 0
-	}
-	from := slowest(tx, p)
-	if from <= p.FirstOffset {
-		return p.Bytes
-	}
-	if from >= p.NextOffset {
-		return 0
-	}
-	var sum uint64
-	if from-p.FirstOffset < p.NextOffset-from {
-		must(tx.Scan(p, p.FirstOffset, func(sm *segments.StoredMessage) (bool, error) {
-			if sm.Offset >= from {
-				return false, nil
-			}
-			sum += uint64(len(sm.Payload))
-			return true, nil
-		}))
-		return p.Bytes - min(sum, p.Bytes)
-	}
-	must(tx.Scan(p, from, func(sm *segments.StoredMessage) (bool, error) {
-		sum += uint64(len(sm.Payload))
-		return true, nil
-	}))
-	return sum
-}
-
 // QueueDepth is a queue's unconsumed backlog: messages and payload bytes
 // (bytes only when withBytes).
 func queueDepth(tx *segments.Tx, q *segments.Queue, withBytes bool) (depth, size uint64) {

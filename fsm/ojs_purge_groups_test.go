@@ -2,7 +2,9 @@ package fsm
 
 import (
 	"fmt"
+	"maps"
 	"math/rand"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -245,13 +247,81 @@ func TestOJSIdleBacklogModel(t *testing.T) {
 			}
 			return nil
 		})
-		// Each group's batch ends; it reads nothing of what was stored
-		// before the purge, other live batches included.
-		for g, b := range batches {
+		// Each group's batch ends, in an order of the seed's; it reads
+		// nothing of what was stored before the purge, other live batches
+		// included, and the views count as consumed by it everything but
+		// its batch while the batch lasts.
+		order := make([]string, 0, len(batches))
+		for g := range batches {
+			order = append(order, g)
+		}
+		slices.Sort(order)
+		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		left := maps.Clone(batches)
+		inLeft := func(off int) (holders int) {
+			for _, b := range left {
+				if off >= b.first && off <= b.last {
+					holders++
+				}
+			}
+			return holders
+		}
+		checkViews := func(when string) {
+			t.Helper()
+			if move && len(left) == 0 && m.queue("q") == nil {
+				return // the last batch ended: the deletion completed
+			}
+			var pending, completed []string
+			for off := 1; off <= n; off++ {
+				switch {
+				case !after[off]:
+				case inLeft(off) > 0:
+					pending = append(pending, fmt.Sprintf("m%d", off))
+				default:
+					completed = append(completed, fmt.Sprintf("m%d", off))
+				}
+			}
+			v, err := m.f.OJSQueue("q", m.now.UnixMicro())
+			if err != nil || v == nil {
+				t.Fatalf("seed %d %s: OJS view %v %v", seed, when, v, err)
+			}
+			if v.Depth != uint64(len(pending)) || v.Available != 0 || v.Active != uint64(len(pending)) {
+				t.Fatalf("seed %d %s: OJS depth %d, available %d, active %d; want %d (every message left is in a live batch: %v), 0, %d",
+					seed, when, v.Depth, v.Available, v.Active, len(pending), pending, len(pending))
+			}
+			qv, err := m.f.QueueView("q", m.now.UnixMicro(), false)
+			if err != nil || qv == nil {
+				t.Fatalf("seed %d %s: queue view %v %v", seed, when, qv, err)
+			}
+			if qv.Stats.Pending != uint64(len(pending)) || qv.Stats.Completed != uint64(len(completed)) {
+				t.Fatalf("seed %d %s: queue stats %+v, want %d pending %v and %d completed", seed, when, qv.Stats,
+					len(pending), pending, len(completed))
+			}
+			for status, want := range map[string][]string{StatusPending: pending, StatusCompleted: completed} {
+				l := m.list(MessageQuery{Queue: "q", Status: status})
+				var got []string
+				for _, s := range l.Messages {
+					got = append(got, s.TxID)
+					if held := inLeft(offsetOf(t, "p/"+s.TxID)); s.ConsumedBy != s.TotalGroups-held {
+						t.Fatalf("seed %d %s: %s consumed by %d of %d groups, want all but the %d holding it",
+							seed, when, s.TxID, s.ConsumedBy, s.TotalGroups, held)
+					}
+				}
+				slices.SortFunc(got, func(a, b string) int { return offsetOf(t, "p/"+a) - offsetOf(t, "p/"+b) })
+				if strings.Join(got, ",") != strings.Join(want, ",") {
+					t.Fatalf("seed %d %s: listed %s %v, want %v", seed, when, status, got, want)
+				}
+			}
+		}
+		checkViews("after the purge")
+		for _, g := range order {
+			b := batches[g]
 			m.ack(g, ackAll(b.res, AckCompleted)...)
+			delete(left, g)
 			if d := delivered(lease(g, n+1)); len(d) > 0 {
 				t.Fatalf("seed %d: group %s read %v after its batch ended at m%d (batches %v)", seed, g, d, b.last, batches)
 			}
+			checkViews("after " + g + "'s batch ended")
 		}
 	}
 }

@@ -54,14 +54,17 @@ func ojsView(tx *segments.Tx, q *segments.Queue, now int64) OJSQueueView {
 		v.Depth += backlog
 		v.Completed += p.Messages - backlog
 		v.SizeBytes += partitionBacklogBytes(tx, p)
-		var active uint64
+		// The live batches of several groups may overlap (the same
+		// messages leased by two groups) or not: a message is active
+		// when some group holds it.
+		var leased []*segments.Group
 		// availFrom is the first offset some group could still be handed:
 		// past its cursor and past its live leased batch, if any.
 		availFrom, groups := uint64(0), false
 		must(tx.ForEachGroup(p.ID, func(_ string, g *segments.Group) (bool, error) {
 			from := g.Next
 			if g.LeaseLive(now) && g.LeaseLast >= g.Next {
-				active = max(active, storedBetween(tx, p, g.Next, g.LeaseLast+1))
+				leased = append(leased, g)
 				from = g.LeaseLast + 1
 			}
 			if g.HasSkip() && from >= g.SkipFrom {
@@ -76,7 +79,7 @@ func ojsView(tx *segments.Tx, q *segments.Queue, now int64) OJSQueueView {
 		if !groups || availFrom < p.FirstOffset {
 			availFrom = p.FirstOffset
 		}
-		active = min(active, backlog)
+		active := min(storedIn(tx, p, leasedSpans(leased)), backlog)
 		v.Active += active
 		if backlog > active {
 			v.Available += backlog - active

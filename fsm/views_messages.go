@@ -119,6 +119,9 @@ type partState struct {
 	qm       *segments.Group // queue-mode cursor, nil if none
 	named    []namedCursor   // in name order
 	minNamed uint64          // slowest named group's Next
+	// skips: some group holds a range an OJS purge removed for it, so a
+	// status is not a matter of offset bounds alone (Group.Passed).
+	skips bool
 	// dlq maps offsets dead-lettered (for any group) to their newest entry;
 	// only entries of messages in the query's window are loaded.
 	dlq map[uint64]*segments.DeadLetterSummary
@@ -132,6 +135,7 @@ type namedCursor struct {
 func loadPartState(tx *segments.Tx, q *segments.Queue, p *segments.Partition) *partState {
 	ps := &partState{q: q, p: p}
 	must(tx.ForEachGroup(p.ID, func(name string, g *segments.Group) (bool, error) {
+		ps.skips = ps.skips || g.HasSkip()
 		if name == QueueMode {
 			ps.qm = g
 			return true, nil
@@ -151,7 +155,7 @@ func (ps *partState) queueStatus(off uint64, now int64) (string, int64) {
 	switch qm := ps.qm; {
 	case qm == nil:
 		return StatusPending, 0
-	case off < qm.Next:
+	case qm.Passed(off):
 		return StatusCompleted, 0
 	case qm.LeaseLive(now) && off <= qm.LeaseLast:
 		return StatusProcessing, qm.LeaseExpiry
@@ -169,15 +173,27 @@ func (ps *partState) status(off uint64, now int64) (string, int64) {
 	if ps.qm != nil {
 		return ps.queueStatus(off, now)
 	}
-	if len(ps.named) > 0 && off < ps.minNamed {
+	if len(ps.named) > 0 && (off < ps.minNamed || ps.skips && ps.passedByAll(off)) {
 		return StatusCompleted, 0
 	}
 	return StatusPending, 0
 }
 
+// passedByAll reports whether every named group passed off.
+func (ps *partState) passedByAll(off uint64) bool {
+	for _, n := range ps.named {
+		if !n.g.Passed(off) {
+			return false
+		}
+	}
+	return true
+}
+
 // offsets is the inclusive offset range of the partition's stored messages
 // that can have the status (all of them for ""), ok false when none can.
-// Dead-lettered offsets inside it are excluded by the caller.
+// Dead-lettered offsets inside it are excluded by the caller, and so are
+// those of another status when ps.skips: a skip range makes messages past
+// the slowest position completed too.
 func (ps *partState) offsets(status string, now int64) (lo, hi uint64, ok bool) {
 	p := ps.p
 	if p.Messages == 0 || p.NextOffset <= p.FirstOffset {
@@ -187,6 +203,9 @@ func (ps *partState) offsets(status string, now int64) (lo, hi uint64, ok bool) 
 	qm := ps.qm
 	processing := qm != nil && qm.LeaseLive(now) && qm.LeaseLast >= qm.Next
 	below := func(next uint64) { // completed: offsets < next
+		if ps.skips {
+			return
+		}
 		if next == 0 {
 			hi, ok = 0, false
 			return
@@ -235,7 +254,7 @@ func (ps *partState) summary(it *browseItem, now int64) MessageSummary {
 		Status: st, QueueStatus: qs, LeaseExpiresAt: exp, TotalGroups: len(ps.named),
 	}
 	for _, n := range ps.named {
-		if it.off < n.g.Next {
+		if n.g.Passed(it.off) {
 			s.ConsumedBy++
 		}
 	}
@@ -500,7 +519,16 @@ func (f *FSM) ListMessages(q MessageQuery, now int64) (*MessageList, error) {
 		} else {
 			var skip func(*partState, uint64) bool
 			if q.Status != "" {
-				skip = func(ps *partState, off uint64) bool { _, dead := ps.dlq[off]; return dead }
+				skip = func(ps *partState, off uint64) bool {
+					if _, dead := ps.dlq[off]; dead {
+						return true
+					}
+					if !ps.skips {
+						return false // offsets bounded the status exactly
+					}
+					st, _ := ps.status(off, now)
+					return st != q.Status
+				}
 			}
 			hits = browse(tx, parts, q.Status, now, q.From, q.Before, q.Offset, q.Limit, skip)
 		}
@@ -634,7 +662,7 @@ func (f *FSM) Message(partition [16]byte, txID string, now int64) (*MessageDetai
 		d.MessageSummary = ps.summary(&it, now)
 		d.Mode = BrowseMode{HasQueueMode: ps.qm != nil, BusGroups: len(ps.named), ConsumedBy: d.ConsumedBy}
 		must(tx.ForEachGroup(p.ID, func(name string, g *segments.Group) (bool, error) {
-			gm := GroupOnMessage{Name: name, Consumed: off < g.Next}
+			gm := GroupOnMessage{Name: name, Consumed: g.Passed(off)}
 			if !gm.Consumed && g.LeaseLive(now) && off <= g.LeaseLast {
 				gm.LeaseExpiresAt = g.LeaseExpiry
 			}

@@ -474,15 +474,28 @@ func TestOJSPurgeGroupSkipsAnotherGroupsBatch(t *testing.T) {
 		t.Fatalf("setup: B leased %v, A leased %v", b["transactionId"], a["transactionId"])
 	}
 	s.ojs("POST", "/ojs/v1/queues/pg/purge", `{"confirm":true}`).want(t, 200)
-
-	ackOne("B", b)
-	if got := s.popGroupTxIDs(pop("B", 10)); len(got) != 0 {
-		t.Fatalf("B read %v after its batch: the purge removed m2..m4 for it, m3 stays only for A's batch", got)
+	// The queue's counts hold only what some group has still to read.
+	wantCounts := func(when string, depth, active int64) {
+		t.Helper()
+		g := s.ojs("GET", "/ojs/v1/queues/pg", "").want(t, 200)
+		if g.num(t, "queue.depth") != depth || g.num(t, "queue.active") != active || g.num(t, "queue.available") != 0 {
+			t.Fatalf("%s: want depth %v, active %v, available 0: %s", when, depth, active, g.Raw)
+		}
 	}
+	wantCounts("after the purge (B holds m1, A holds m3)", 2, 2)
+
 	ackOne("A", a)
 	if got := s.popGroupTxIDs(pop("A", 10)); len(got) != 0 {
 		t.Fatalf("A read %v after its batch", got)
 	}
+	// m3 stays stored while B's batch lasts, but every group passed it: A
+	// consumed it, B's range skips it.
+	wantCounts("after A's batch ended", 1, 1)
+	ackOne("B", b)
+	if got := s.popGroupTxIDs(pop("B", 10)); len(got) != 0 {
+		t.Fatalf("B read %v after its batch: the purge removed m2..m4 for it, m3 stayed only for A's batch", got)
+	}
+	wantCounts("after B's batch ended", 0, 0)
 	s.push(obj{"queue": "pg", "partition": "p", "transactionId": "m5", "payload": "m5"})
 	for _, g := range []string{"A", "B"} {
 		if got := s.popGroupTxIDs(pop(g, 10)); len(got) != 1 || got[0] != "m5" {

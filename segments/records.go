@@ -213,6 +213,13 @@ const (
 // HasSkip reports whether an OJS purge left the group a range to skip.
 func (g *Group) HasSkip() bool { return g.SkipTo != 0 }
 
+// Passed reports whether the group is done with offset off: its position
+// is past it, or a purge removed it for the group (it lies in the skip
+// range). Views count a message consumed by the group on this rule.
+func (g *Group) Passed(off uint64) bool {
+	return off < g.Next || g.HasSkip() && off >= g.SkipFrom && off < g.SkipTo
+}
+
 // PassSkipped moves the position over the skip range once it has reached
 // the range, and drops the range; it reports whether the position moved.
 func (g *Group) PassSkipped() bool {

@@ -658,6 +658,29 @@ func TestGroupPassSkipped(t *testing.T) {
 	}
 }
 
+func TestGroupPassed(t *testing.T) {
+	with := Group{Next: 3, SkipFrom: 5, SkipTo: 12}
+	without := Group{Next: 3}
+	for _, tc := range []struct {
+		off           uint64
+		with, without bool
+	}{
+		{2, true, true},    // behind the position
+		{3, false, false},  // the position itself
+		{4, false, false},  // between the position and the range
+		{5, true, false},   // the range's first offset
+		{11, true, false},  // its last
+		{12, false, false}, // just past it
+	} {
+		if got := with.Passed(tc.off); got != tc.with {
+			t.Errorf("with a range, Passed(%d) = %v", tc.off, got)
+		}
+		if got := without.Passed(tc.off); got != tc.without {
+			t.Errorf("without a range, Passed(%d) = %v", tc.off, got)
+		}
+	}
+}
+
 // FuzzGroupRecord: any bytes decode to a group or fail with ErrCorrupt, and
 // a group that decodes encodes back to the same bytes.
 func FuzzGroupRecord(f *testing.F) {
