@@ -139,6 +139,51 @@ func TestOJSPurgeSkipSurvivesRedelivery(t *testing.T) {
 	}
 }
 
+// TestOJSPurgeSkipInQueueModeViews: with a queue-mode cursor the Queen
+// statuses follow it (queen-api.md 3.12), and a message its skip range
+// covers is completed for it: after a purge beside a named group's batch
+// and the end of that batch, the named group's batch is no longer pending
+// in the stats, the listings or the message's own view.
+func TestOJSPurgeSkipInQueueModeViews(t *testing.T) {
+	m := newMachine(t)
+	m.push(items("q", "p", "m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8")...)
+	specific := func(group string, batch uint32) Lease {
+		return Lease{Scope: ScopeSpecific, Queue: "q", Partition: "p", Group: group, Batch: batch, MaxPartitions: 1, LeaseSeconds: 30}
+	}
+	qm := m.pop(specific("", 2)) // the queue-mode cursor leases m1, m2
+	m.ack("g", ackAll(m.pop(specific("g", 4)), AckCompleted)...)
+	g := m.pop(specific("g", 2)) // g leases m5, m6
+	if got := strings.Join(delivered(qm), ",") + " " + strings.Join(delivered(g), ","); got != "p/m1,p/m2 p/m5,p/m6" {
+		t.Fatalf("setup: leased %s", got)
+	}
+	m.ojsOK(&OJSPurgeQueue{Name: "q", States: PurgeBacklog})
+	m.ack("g", ackAll(g, AckCompleted)...)
+
+	// Stored: m1, m2 (the queue-mode batch) and m5, m6 (g's, kept while
+	// it lasted); the queue-mode cursor's range skips m5, m6.
+	qv, err := m.f.QueueView("q", m.now.UnixMicro(), false)
+	if err != nil || qv == nil {
+		t.Fatalf("queue view %v %v", qv, err)
+	}
+	if st := qv.Stats; st.Total != 4 || st.Completed != 2 || st.Processing != 2 || st.Pending != 0 {
+		t.Fatalf("stats %+v, want 4 stored: m5, m6 completed, m1, m2 processing, none pending", st)
+	}
+	for status, want := range map[string]string{StatusCompleted: "m6 m5", StatusProcessing: "m2 m1", StatusPending: ""} {
+		wantListed(t, status, listedTx(m.list(MessageQuery{Queue: "q", Status: status})), want)
+	}
+	v, err := m.f.OJSQueue("q", m.now.UnixMicro())
+	if err != nil || v.Depth != 2 || v.Active != 2 || v.Available != 0 {
+		t.Fatalf("OJS view %+v %v, want depth 2, all active", v, err)
+	}
+	d, err := m.f.Message(m.partition("q", "p").UUID, "m5", m.now.UnixMicro())
+	if err != nil || d == nil {
+		t.Fatalf("message m5: %v %v", d, err)
+	}
+	if d.Status != StatusCompleted || len(d.Groups) != 2 || !d.Groups[0].Consumed || !d.Groups[1].Consumed {
+		t.Fatalf("m5: status %q, groups %+v; want completed, passed by both", d.Status, d.Groups)
+	}
+}
+
 // TestOJSIdleBacklogModel drives random consumer groups over a partition of
 // several segments (some groups with a batch leased now, some without),
 // then purges the backlog, or deletes the queue with a move while batches
