@@ -56,10 +56,11 @@ if $list; then
 fi
 
 # fuzz_one runs one target. Go's fuzzing coordinator sometimes ends a run
-# with "context deadline exceeded" and no failing input (seen here on two
-# targets of 27 in one sweep, neither reproducible in five reruns): that is
-# the engine stopping, not a finding, so such a run is repeated once. A
-# real failure writes its input under testdata/fuzz/ and says so.
+# with "context deadline exceeded" and no failing input (seen on two
+# targets of 27 in one sweep; neither came back in five reruns between
+# them): that is the engine stopping, not a finding, so such a run is
+# repeated once. A real failure writes its input under testdata/fuzz/ and
+# says so.
 fuzz_one() {
   local pkg=$1 name=$2 out
   out=$(mktemp)
