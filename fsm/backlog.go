@@ -23,16 +23,16 @@ func slowest(tx *segments.Tx, p *segments.Partition) uint64 {
 
 // slowestAndSkips is slowest, and whether any group holds a skip range.
 func slowestAndSkips(tx *segments.Tx, p *segments.Partition) (from uint64, skips bool) {
-	any := false
+	found := false
 	must(tx.ForEachGroup(p.ID, func(_ string, g *segments.Group) (bool, error) {
-		if !any || g.Next < from {
+		if !found || g.Next < from {
 			from = g.Next
 		}
-		any = true
+		found = true
 		skips = skips || g.HasSkip()
 		return true, nil
 	}))
-	if !any || from < p.FirstOffset {
+	if !found || from < p.FirstOffset {
 		return p.FirstOffset, skips
 	}
 	return from, skips
