@@ -128,7 +128,8 @@ func partitionBacklog(tx *segments.Tx, p *segments.Partition) uint64 {
 }
 
 // partitionBacklogBytes sums the payload bytes of the backlog, scanning the
-// smaller of the backlog and the consumed-but-stored prefix.
+// smaller of the backlog and the consumed-but-stored prefix, or, when some
+// group holds a skip range, each span of the backlog.
 func partitionBacklogBytes(tx *segments.Tx, p *segments.Partition) uint64 {
 	if p.Messages == 0 {
 		return 0

@@ -215,7 +215,8 @@ func (g *Group) HasSkip() bool { return g.SkipTo != 0 }
 
 // Passed reports whether the group is done with offset off: its position
 // is past it, or a purge removed it for the group (it lies in the skip
-// range). Views count a message consumed by the group on this rule.
+// range). Every count of a backlog and every message status reads a message
+// as consumed by the group on this rule.
 func (g *Group) Passed(off uint64) bool {
 	return off < g.Next || g.HasSkip() && off >= g.SkipFrom && off < g.SkipTo
 }
