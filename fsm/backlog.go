@@ -95,6 +95,23 @@ func merged(all []span) []span {
 	return out
 }
 
+// storedUnpassed counts the stored messages of p that at least one of gs
+// has not passed (everything stored without groups): from the slowest
+// position on unless one of them holds a skip range.
+func storedUnpassed(tx *segments.Tx, p *segments.Partition, gs []*segments.Group) uint64 {
+	from, skips := p.FirstOffset, false
+	for i, g := range gs {
+		if i == 0 || g.Next < from {
+			from = g.Next
+		}
+		skips = skips || g.HasSkip()
+	}
+	if skips {
+		return storedIn(tx, p, unpassed(p, gs))
+	}
+	return storedBetween(tx, p, from, p.NextOffset)
+}
+
 // storedIn counts the stored messages in spans.
 func storedIn(tx *segments.Tx, p *segments.Partition, spans []span) uint64 {
 	var n uint64
@@ -120,11 +137,14 @@ func partitionBacklog(tx *segments.Tx, p *segments.Partition) uint64 {
 	if p.Messages == 0 {
 		return 0
 	}
+	// Without a skip range the slowest position decides, found without
+	// loading the groups into a slice: this runs for every push to a
+	// bounded queue.
 	from, skips := slowestAndSkips(tx, p)
 	if !skips {
 		return storedBetween(tx, p, from, p.NextOffset)
 	}
-	return storedIn(tx, p, unpassed(p, groupsOf(tx, p)))
+	return storedUnpassed(tx, p, groupsOf(tx, p))
 }
 
 // partitionBacklogBytes sums the payload bytes of the backlog, scanning the

@@ -247,29 +247,18 @@ func partitionStats(tx *segments.Tx, p *segments.Partition, now int64) (MessageS
 			return false, nil
 		}))
 	}
-	// consumed counts what every group of gs passed: the stored messages
-	// below the slowest position, unless an OJS purge left one of them a
-	// range to skip (backlog.go).
-	consumed := func(gs []*segments.Group, slowest uint64, skips bool) uint64 {
-		if skips {
-			return p.Messages - min(p.Messages, storedIn(tx, p, unpassed(p, gs)))
-		}
-		return storedBetween(tx, p, 0, slowest)
+	// completed counts what every group of gs passed (backlog.go).
+	completed := func(gs ...*segments.Group) uint64 {
+		return st.Total - min(st.Total, storedUnpassed(tx, p, gs))
 	}
 	var qm *segments.Group
 	var named []*segments.Group
-	var slowest uint64
-	namedSkips := false
 	must(tx.ForEachGroup(p.ID, func(name string, g *segments.Group) (bool, error) {
 		pv.GroupsWithPos++
 		if name == QueueMode {
 			qm = g
 		} else {
-			if len(named) == 0 || g.Next < slowest {
-				slowest = g.Next
-			}
 			named = append(named, g)
-			namedSkips = namedSkips || g.HasSkip()
 		}
 		pv.Consumed += g.Consumed
 		pv.Batches += g.Batches
@@ -278,12 +267,12 @@ func partitionStats(tx *segments.Tx, p *segments.Partition, now int64) (MessageS
 	}))
 	switch {
 	case qm != nil:
-		st.Completed = min(consumed([]*segments.Group{qm}, qm.Next, qm.HasSkip()), st.Total)
+		st.Completed = completed(qm)
 		if qm.LeaseLive(now) && qm.LeaseLast >= qm.Next {
 			st.Processing = min(storedBetween(tx, p, qm.Next, qm.LeaseLast+1), st.Total-st.Completed)
 		}
 	case len(named) > 0:
-		st.Completed = min(consumed(named, slowest, namedSkips), st.Total)
+		st.Completed = completed(named...)
 	}
 	st.Pending = st.Total - st.Completed - st.Processing
 	return st, pv
