@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -117,8 +118,9 @@ type Node struct {
 	transport *raft.NetworkTransport
 	guard     *voteGuard // in front of transport while on probation (probation.go); nil otherwise
 	logStore  *raftboltdb.BoltStore
-	logPath   string        // logStore's file
-	logs      raft.LogStore // the log as Raft reads it: its cache in front of logStore
+	appendLog *leaderAppendStore // in front of logStore: the leader's writes overlap replication
+	logPath   string             // logStore's file
+	logs      raft.LogStore      // the log as Raft reads it: its cache in front of logStore
 	proposer  *Proposer
 
 	notifyCh chan bool
@@ -212,7 +214,17 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	// The cache serves replication and the apply from memory. Entries carry
 	// whole group commits (often hundreds of KiB), so it holds a few dozen,
 	// not thousands: 4096 entries of a busy cluster held 250 MB of heap.
-	logs, err := raft.NewLogCache(logCacheEntries, store)
+	// The leader writes its own copy of an entry while replicating it
+	// (leaderappend.go); Raft is known once it runs.
+	var running atomic.Pointer[raft.Raft]
+	appendLog := newLeaderAppendStore(store,
+		func() bool { r := running.Load(); return r != nil && r.State() == raft.Leader },
+		func(err error) {
+			log.Error("raft log write failed; stopping the node", "error", err)
+			panic(err)
+		})
+	cleanup = append(cleanup, func() { appendLog.Close() })
+	logs, err := raft.NewLogCache(logCacheEntries, appendLog)
 	if err != nil {
 		return fail(fmt.Errorf("log cache: %w", err))
 	}
@@ -234,7 +246,7 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	}
 	cleanup = append(cleanup, func() { trans.Close() })
 
-	n := &Node{cfg: cfg, log: log, fsm: f, counted: &logBytesFSM{FSM: f, sizes: newEntrySizes(cfg.TrailingLogs)}, transport: trans, logStore: store, logPath: logPath, logs: logs,
+	n := &Node{cfg: cfg, log: log, fsm: f, counted: &logBytesFSM{FSM: f, sizes: newEntrySizes(cfg.TrailingLogs), durable: appendLog.waitDurable}, transport: trans, logStore: store, appendLog: appendLog, logPath: logPath, logs: logs,
 		notifyCh: make(chan bool, 16), obsCh: make(chan raft.Observation, 64), joinCh: make(chan leadershipJoin),
 		stopped: make(chan struct{})}
 	n.leaderView, n.endLeaderView = context.WithCancel(context.Background())
@@ -264,6 +276,7 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 		transport = n.guard
 		log.Info("on probation: this node's Raft log started empty, so it votes only for a first bootstrap until it has caught up with a leader (raftnode/DESIGN.md)")
 	}
+	transport = clampingTransport{Transport: transport, log: appendLog}
 	if !cfg.Join {
 		if !exists {
 			servers := []raft.Server{{ID: rc.LocalID, Address: trans.LocalAddr()}}
@@ -284,6 +297,7 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 		return fail(fmt.Errorf("start raft: %w", err))
 	}
 	n.raft = r
+	running.Store(r)
 	n.proposer = newProposer(cfg.Proposer, r, cfg.NodeID, cfg.Logger)
 	// A non-blocking observer never stalls Raft; an observation dropped on
 	// a full channel is harmless, since those queued ahead of it close the
@@ -712,6 +726,9 @@ func (n *Node) Shutdown() error {
 		closer = n.guard // stops its relay, then closes the transport
 	}
 	if cerr := closer.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := n.appendLog.Close(); err == nil {
 		err = cerr
 	}
 	if cerr := n.logStore.Close(); err == nil {

@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"sync/atomic"
@@ -37,15 +38,33 @@ type logBytesFSM struct {
 	// staggered (firstSnapshotAt).
 	snapshotted atomic.Bool
 	sizes       *entrySizes // the newest entries' sizes, for the trailing log's bound
+	// durable returns once this node's log holds the entry at an index on
+	// disk: a leader applies only what it has written (leaderappend.go).
+	durable func(index uint64) error
+}
+
+// mustBeDurable waits until the entry at index is on this node's disk. An
+// entry whose write failed cannot be applied, nor skipped.
+func (c *logBytesFSM) mustBeDurable(index uint64) {
+	if c.durable == nil {
+		return
+	}
+	if err := c.durable(index); err != nil {
+		panic(fmt.Errorf("apply entry %d: %w", index, err))
+	}
 }
 
 func (c *logBytesFSM) Apply(l *raft.Log) any {
+	c.mustBeDurable(l.Index)
 	c.applied.Add(uint64(len(l.Data)))
 	c.sizes.add(l)
 	return c.FSM.Apply(l)
 }
 
 func (c *logBytesFSM) ApplyBatch(logs []*raft.Log) []any {
+	if len(logs) > 0 {
+		c.mustBeDurable(logs[len(logs)-1].Index)
+	}
 	var n uint64
 	for _, l := range logs {
 		n += uint64(len(l.Data))
