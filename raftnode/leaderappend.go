@@ -92,7 +92,7 @@ func (s *leaderAppendStore) StoreLogs(logs []*raft.Log) error {
 			return s.failed
 		}
 		if s.closed {
-			return fmt.Errorf("raft log store closed")
+			return errors.New("raft log store closed")
 		}
 		if len(s.pending) == 0 {
 			s.pendingFrom = logs[0].Index

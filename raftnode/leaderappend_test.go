@@ -63,25 +63,34 @@ func returnsSoon(f func()) bool {
 	}
 }
 
-func newTestAppendStore(t *testing.T, leading *atomic.Bool) (*leaderAppendStore, *gatedStore, *atomic.Pointer[error]) {
+// appendFixture is a leaderAppendStore over a gatedStore, leading as the
+// test says.
+type appendFixture struct {
+	*leaderAppendStore
+	back    *gatedStore
+	leading atomic.Bool
+	fatal   atomic.Pointer[error]
+}
+
+func newAppendFixture(t *testing.T, leading bool) *appendFixture {
 	t.Helper()
-	back := &gatedStore{InmemStore: raft.NewInmemStore(), entered: make(chan [2]uint64, 64), release: make(chan struct{})}
-	var fatal atomic.Pointer[error]
-	s := newLeaderAppendStore(back, leading.Load, func(err error) { fatal.Store(&err) })
+	f := &appendFixture{back: &gatedStore{InmemStore: raft.NewInmemStore(),
+		entered: make(chan [2]uint64, 64), release: make(chan struct{})}}
+	f.leading.Store(leading)
+	f.leaderAppendStore = newLeaderAppendStore(f.back, f.leading.Load, func(err error) { f.fatal.Store(&err) })
 	t.Cleanup(func() {
-		close(back.release)
-		s.Close()
+		close(f.back.release)
+		f.Close()
 	})
-	return s, back, &fatal
+	return f
 }
 
 // The leader's StoreLogs returns before its disk holds the entries; Raft
 // and the replicators read them meanwhile; applying, and telling followers
 // of a commit, wait for the disk.
 func TestLeaderAppendReturnsBeforeTheWriteAndGatesTheCommit(t *testing.T) {
-	var leading atomic.Bool
-	leading.Store(true)
-	s, back, _ := newTestAppendStore(t, &leading)
+	s := newAppendFixture(t, true)
+	back := s.back
 
 	if err := s.StoreLogs(entries(1, 3)); err != nil {
 		t.Fatal(err)
@@ -137,9 +146,8 @@ func TestLeaderAppendReturnsBeforeTheWriteAndGatesTheCommit(t *testing.T) {
 
 // Entries queued while a write is held go to disk together, in one write.
 func TestLeaderAppendWritesWhatQueuedInOneWrite(t *testing.T) {
-	var leading atomic.Bool
-	leading.Store(true)
-	s, back, _ := newTestAppendStore(t, &leading)
+	s := newAppendFixture(t, true)
+	back := s.back
 	s.StoreLogs(entries(1, 1))
 	<-back.entered
 	for i := uint64(2); i <= 6; i++ {
@@ -160,13 +168,12 @@ func TestLeaderAppendWritesWhatQueuedInOneWrite(t *testing.T) {
 // A follower acknowledges an append only once it is on disk, and a leader
 // that stepped down has its own pending entries written first.
 func TestFollowerAppendIsSynchronousAndOrderedAfterPending(t *testing.T) {
-	var leading atomic.Bool
-	leading.Store(true)
-	s, back, _ := newTestAppendStore(t, &leading)
+	s := newAppendFixture(t, true)
+	back := s.back
 	if err := s.StoreLogs(entries(1, 2)); err != nil {
 		t.Fatal(err)
 	}
-	leading.Store(false)
+	s.leading.Store(false)
 	stored := make(chan error, 1)
 	if returnsSoon(func() { stored <- s.StoreLogs(entries(3, 3)) }) {
 		t.Fatal("a follower's StoreLogs returned before its own disk write")
@@ -191,13 +198,13 @@ func TestFollowerAppendIsSynchronousAndOrderedAfterPending(t *testing.T) {
 // cannot be written back after the delete; deleting the front of the log
 // (compaction after a snapshot) does not wait for the newest entries.
 func TestDeleteRangeWaitsOnlyForPendingEntriesInIt(t *testing.T) {
-	var leading atomic.Bool
-	s, back, _ := newTestAppendStore(t, &leading)
+	s := newAppendFixture(t, false)
+	back := s.back
 	go func() { <-back.entered; back.release <- struct{}{} }()
 	if err := s.StoreLogs(entries(1, 4)); err != nil { // a follower's write, synchronous
 		t.Fatal(err)
 	}
-	leading.Store(true)
+	s.leading.Store(true)
 	s.StoreLogs(entries(5, 6))
 	if !returnsSoon(func() { s.DeleteRange(1, 2) }) {
 		t.Fatal("compacting 1-2 waited for pending 5-6")
@@ -223,9 +230,8 @@ func TestDeleteRangeWaitsOnlyForPendingEntriesInIt(t *testing.T) {
 // A failed write stops the node: fatal is called, and nothing that depends
 // on the entries proceeds.
 func TestLeaderAppendWriteFailureIsFatal(t *testing.T) {
-	var leading atomic.Bool
-	leading.Store(true)
-	s, back, fatal := newTestAppendStore(t, &leading)
+	s := newAppendFixture(t, true)
+	back, fatal := s.back, &s.fatal
 	boom := errors.New("disk on fire")
 	back.fail.Store(&boom)
 	s.StoreLogs(entries(1, 2))
@@ -245,9 +251,7 @@ func TestLeaderAppendWriteFailureIsFatal(t *testing.T) {
 // A leader appends contiguous entries only; anything else is refused
 // rather than written out of place.
 func TestLeaderAppendRefusesAGap(t *testing.T) {
-	var leading atomic.Bool
-	leading.Store(true)
-	s, _, _ := newTestAppendStore(t, &leading)
+	s := newAppendFixture(t, true)
 	s.StoreLogs(entries(1, 2))
 	if err := s.StoreLogs(entries(4, 4)); err == nil {
 		t.Fatal("an append after a gap was accepted")
