@@ -35,6 +35,7 @@ fuzz:
 # Raft metrics sample), then end-to-end push and pop+ack throughput of one node.
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./fsm/ ./segments/ ./httpapi/... ./cmd/crownd/
+	$(GO) test -run '^$$' -bench CommitPath -benchmem ./raftnode/
 	./scripts/bench-node.sh
 
 # Crown against NATS JetStream, three local nodes each, same workload; extra
