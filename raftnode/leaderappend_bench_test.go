@@ -28,6 +28,17 @@ func BenchmarkCommitPath(b *testing.B) {
 		b.Cleanup(func() { leader.Close() })
 		return leader, follower, direct
 	}
+	// queue hands the leader entry i; durable waits for its write.
+	queue := func(b *testing.B, l *leaderAppendStore, i uint64) {
+		if err := l.StoreLogs(entry(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	durable := func(b *testing.B, l *leaderAppendStore, i uint64) {
+		if err := l.waitDurable(i); err != nil {
+			b.Fatal(err)
+		}
+	}
 	b.Run("series", func(b *testing.B) {
 		_, follower, direct := setup(b)
 		measure(b, int64(len(data)), func() {
@@ -39,13 +50,9 @@ func BenchmarkCommitPath(b *testing.B) {
 		leader, follower, _ := setup(b)
 		next := uint64(1)
 		measure(b, int64(len(data)), func() {
-			if err := leader.StoreLogs(entry(next)); err != nil {
-				b.Fatal(err)
-			}
+			queue(b, leader, next)
 			follower.append(1, data)
-			if err := leader.waitDurable(next); err != nil {
-				b.Fatal(err)
-			}
+			durable(b, leader, next)
 			next++
 		})
 	})
@@ -53,12 +60,8 @@ func BenchmarkCommitPath(b *testing.B) {
 		leader, _, _ := setup(b)
 		next := uint64(1)
 		measure(b, int64(len(data)), func() {
-			if err := leader.StoreLogs(entry(next)); err != nil {
-				b.Fatal(err)
-			}
-			if err := leader.waitDurable(next); err != nil {
-				b.Fatal(err)
-			}
+			queue(b, leader, next)
+			durable(b, leader, next)
 			next++
 		})
 	})
