@@ -59,7 +59,7 @@ type leaderAppendStore struct {
 	done        chan struct{} // closed when the writer has returned
 
 	// durableTo is the highest index such that no entry at or below it is
-	// waiting to be written (math.MaxUint64 when nothing is pending), read
+	// waiting to be written (allDurable when nothing is pending), read
 	// without the lock on every AppendEntries.
 	durableTo atomic.Uint64
 
@@ -208,16 +208,18 @@ func (s *leaderAppendStore) write() {
 
 			s.mu.Lock()
 			if err != nil {
-				s.failed = fmt.Errorf("raft log: leader's write of entries %d-%d failed: %w",
+				err = fmt.Errorf("raft log: leader's write of entries %d-%d failed: %w",
 					batch[0].Index, batch[len(batch)-1].Index, err)
+				s.failed = err
 				s.changed.Broadcast()
 				s.mu.Unlock()
-				s.fatal(s.failed)
+				s.fatal(err)
 				break
 			}
 			// Entries appended meanwhile stay pending; the written ones
-			// leave the front (a fresh slice, so a GetLog copy never
-			// races the next append's reuse of the array).
+			// leave the front. A fresh slice, so that the old array's
+			// front does not keep written entries (hundreds of KiB
+			// each) alive until an append outgrows it.
 			rest := s.pending[len(batch):]
 			s.pending = append([]*raft.Log(nil), rest...)
 			s.pendingFrom += uint64(len(batch))
@@ -255,7 +257,7 @@ func (s *leaderAppendStore) Close() error {
 // commit index lowered to what this node's log holds on disk (see
 // leaderAppendStore). Only a leader sends AppendEntries.
 type clampingTransport struct {
-	raft.Transport
+	transportLayer
 	log *leaderAppendStore
 }
 
@@ -270,24 +272,6 @@ func (t clampingTransport) AppendEntriesPipeline(id raft.ServerID, target raft.S
 		return nil, err
 	}
 	return clampingPipeline{AppendPipeline: p, log: t.log}, nil
-}
-
-// RequestPreVote keeps pre-vote on: Raft uses it only when the transport
-// offers it.
-func (t clampingTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	pv, ok := t.Transport.(raft.WithPreVote)
-	if !ok {
-		return errors.New("transport has no pre-vote")
-	}
-	return pv.RequestPreVote(id, target, args, resp)
-}
-
-// Close closes the transport underneath, as Raft's shutdown expects.
-func (t clampingTransport) Close() error {
-	if c, ok := t.Transport.(raft.WithClose); ok {
-		return c.Close()
-	}
-	return nil
 }
 
 type clampingPipeline struct {

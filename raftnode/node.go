@@ -276,7 +276,7 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 		transport = n.guard
 		log.Info("on probation: this node's Raft log started empty, so it votes only for a first bootstrap until it has caught up with a leader (raftnode/DESIGN.md)")
 	}
-	transport = clampingTransport{Transport: transport, log: appendLog}
+	transport = clampingTransport{transportLayer: transportLayer{transport}, log: appendLog}
 	if !cfg.Join {
 		if !exists {
 			servers := []raft.Server{{ID: rc.LocalID, Address: trans.LocalAddr()}}

@@ -58,7 +58,7 @@ const probationFile = "probation"
 // came, and the first AppendEntries that shows part of a leader's log sets
 // the target on the way.
 type voteGuard struct {
-	raft.Transport
+	transportLayer
 	header raft.RPCHeader // this node's, for the answers it gives itself
 
 	marker    string
@@ -75,7 +75,7 @@ type voteGuard struct {
 // newVoteGuard wraps t for the node id, which starts on probation; marker
 // is the probation file.
 func newVoteGuard(t raft.Transport, id raft.ServerID, marker string, log *slog.Logger) *voteGuard {
-	g := &voteGuard{Transport: t, marker: marker, log: log, consumer: make(chan raft.RPC), stop: make(chan struct{}),
+	g := &voteGuard{transportLayer: transportLayer{t}, marker: marker, log: log, consumer: make(chan raft.RPC), stop: make(chan struct{}),
 		header: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(id), Addr: t.EncodePeer(id, t.LocalAddr())}}
 	g.on.Store(true)
 	go g.relay(t.Consumer())
@@ -142,23 +142,10 @@ func (g *voteGuard) observe(c *raft.AppendEntriesRequest) {
 // Consumer is where Raft reads the RPCs the guard let through.
 func (g *voteGuard) Consumer() <-chan raft.RPC { return g.consumer }
 
-// RequestPreVote keeps pre-vote on: Raft uses it only when the transport
-// offers it.
-func (g *voteGuard) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	pv, ok := g.Transport.(raft.WithPreVote)
-	if !ok {
-		return errors.New("transport has no pre-vote")
-	}
-	return pv.RequestPreVote(id, target, args, resp)
-}
-
 // Close stops the relay and closes the transport.
 func (g *voteGuard) Close() error {
 	g.once.Do(func() { close(g.stop) })
-	if c, ok := g.Transport.(raft.WithClose); ok {
-		return c.Close()
-	}
-	return nil
+	return g.transportLayer.Close()
 }
 
 // AppendEntries is sent only by a leader: leading ends the probation (a

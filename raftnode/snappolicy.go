@@ -46,9 +46,6 @@ type logBytesFSM struct {
 // mustBeDurable waits until the entry at index is on this node's disk. An
 // entry whose write failed cannot be applied, nor skipped.
 func (c *logBytesFSM) mustBeDurable(index uint64) {
-	if c.durable == nil {
-		return
-	}
 	if err := c.durable(index); err != nil {
 		panic(fmt.Errorf("apply entry %d: %w", index, err))
 	}
