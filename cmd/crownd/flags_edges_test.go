@@ -76,6 +76,8 @@ func TestNonPositiveValuesRefused(t *testing.T) {
 		{"--commit-inflight", "0"},
 		{"--commit-inflight", "-5"},
 		{"--fsm-writeback", "-1s"},
+		{"--gc-percent", "0"},
+		{"--gc-percent", "-1"},
 	} {
 		args := append(append([]string(nil), base...), c.flag, c.value)
 		_, err := parseConfig(args, noEnv, &bytes.Buffer{}, &bytes.Buffer{})
