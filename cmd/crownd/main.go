@@ -419,8 +419,8 @@ func run(c *config) error {
 // defaultGCPercent lets the heap reach three times what was live at the last
 // collection before the next. A node's live heap is small, 10-20 MiB under
 // load, because its state and the Raft log are files read through the page
-// cache, not Go memory; Go's default of twice that collects twice as often
-// for a saving of a few tens of MiB. On a three-node cluster 200 produced 8 %
+// cache, not Go memory; Go's default (a heap of twice what is live)
+// collects twice as often to save a few tens of MiB. On a three-node cluster 200 produced 8 %
 // and consumed 5 % more than 100, and 300 no more than 200 for more memory
 // (docs/performance.md, lesson 41).
 const defaultGCPercent = 200
