@@ -95,6 +95,10 @@ type groupCursor struct {
 	// released: a failed or retry item of this command released the lease
 	// without moving the position.
 	released bool
+	// runs are the stored runs [first, end) of the partition between
+	// runsFrom and runsTo, as storedAt last read them (ackat.go).
+	runs             [][2]uint64
+	runsFrom, runsTo uint64
 }
 
 type ackTarget struct {
@@ -160,7 +164,7 @@ func (s *ackSession) resolve(it *AckItem) (ackTarget, bool) {
 	if off, ok := c.leased[it.TxID]; ok && !c.byIndex {
 		return ackTarget{cur: c, offset: off}, true
 	}
-	off, ok := must2(s.a.tx.TxIDOffset(p.QueueID, p.ID, it.TxID))
+	off, ok := s.indexAnswer(c, it)
 	if c.byIndex && s.a.verifyAcks {
 		scanned, inBatch := c.leased[it.TxID]
 		if inBatch && (!ok || scanned != off) {
@@ -195,6 +199,7 @@ func (s *ackSession) reload() {
 	for _, c := range s.order {
 		if p := must1(s.a.tx.PartitionByID(c.part.ID)); p != nil {
 			c.part = p
+			c.runsFrom, c.runsTo = 0, 0 // the push may have stored more
 			if c.byIndex && !ackByIndex(p, c.batchFrom) {
 				if c.leased == nil {
 					c.scanBatch(s.a.tx, 0)

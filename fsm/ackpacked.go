@@ -42,6 +42,12 @@ func applyAckPacked(a *applier, c *AckPacked) any { return applyAck(a, &c.Ack) }
 
 // EncodeMsgpack implements msgpack.CustomEncoder.
 func (c *AckPacked) EncodeMsgpack(enc *msgpack.Encoder) error {
+	return encodePacked(enc, &c.Ack, false)
+}
+
+// encodePacked writes c in the packed format, with the offsets table of
+// AckAt when withOffsets.
+func encodePacked(enc *msgpack.Encoder, c *Ack, withOffsets bool) error {
 	// Items sharing the previous item's pair are the rule; the map, made
 	// once a batch names a second pair, serves batches that mix them.
 	var (
@@ -70,7 +76,11 @@ func (c *AckPacked) EncodeMsgpack(enc *msgpack.Encoder) error {
 		}
 		refs[i] = j
 	}
-	if err := errors.Join(enc.EncodeArrayLen(3), enc.EncodeString(c.Group), enc.EncodeArrayLen(len(pairs))); err != nil {
+	fields := 3
+	if withOffsets {
+		fields = 4
+	}
+	if err := errors.Join(enc.EncodeArrayLen(fields), enc.EncodeString(c.Group), enc.EncodeArrayLen(len(pairs))); err != nil {
 		return err
 	}
 	for i := range pairs {
@@ -92,11 +102,22 @@ func (c *AckPacked) EncodeMsgpack(enc *msgpack.Encoder) error {
 			return err
 		}
 	}
+	if withOffsets {
+		return encodeOffsets(enc, c.Items)
+	}
 	return nil
 }
 
-func (c *AckPacked) decodeFrom(r *mpReader) error {
-	if n, err := r.arrayLen(); err != nil || n != 3 {
+func (c *AckPacked) decodeFrom(r *mpReader) error { return decodePacked(r, &c.Ack, false) }
+
+// decodePacked reads the packed format into c, with the offsets table of
+// AckAt when withOffsets.
+func decodePacked(r *mpReader, c *Ack, withOffsets bool) error {
+	fields := 3
+	if withOffsets {
+		fields = 4
+	}
+	if n, err := r.arrayLen(); err != nil || n != fields {
 		return r.fail("packed ack")
 	}
 	var err error
@@ -138,6 +159,9 @@ func (c *AckPacked) decodeFrom(r *mpReader) error {
 		if err := decodeAckOutcome(r, it); err != nil {
 			return err
 		}
+	}
+	if withOffsets {
+		return decodeOffsets(r, c.Items)
 	}
 	return nil
 }

@@ -253,6 +253,47 @@ func BenchmarkApplyAck(b *testing.B) {
 	}
 }
 
+// BenchmarkApplyAckOffsets: the acknowledgment of a batch of 100 that a pop
+// delivered from one of 8 partitions holding 200,000 messages in segments of
+// 12 (a consume run's shape: the index lookups grow with the index), written
+// as nodes wrote it before (packed: every id looked up in the index) and
+// with the offsets the leader delivered (at: fsm.AckAt). Only the ack is
+// timed.
+func BenchmarkApplyAckOffsets(b *testing.B) {
+	for _, format := range []string{"packed", "at"} {
+		b.Run("format="+format, func(b *testing.B) {
+			m := newMachine(b)
+			for i := range 200_000 / 96 {
+				m.push(benchItems("q", 8, 96, fmt.Sprintf("run-%d-%d-", i%8, i))...)
+			}
+			b.ReportAllocs()
+			msgs := 0
+			for b.Loop() {
+				b.StopTimer()
+				r := m.pop(Lease{Queue: "q", Batch: 100})
+				if r.Count() == 0 {
+					b.Fatal("drained: fill more")
+				}
+				var cmd Command = &AckPacked{Ack{Group: QueueMode, Items: ackAll(r, AckCompleted)}}
+				if format == "at" {
+					var items []AckItem
+					for _, lp := range r.Partitions {
+						for _, dm := range lp.Messages {
+							items = append(items, ackAt(lp, dm, r.LeaseID, AckCompleted))
+						}
+					}
+					cmd = &AckAt{Ack{Group: QueueMode, Items: items}}
+				}
+				m.advance(time.Microsecond)
+				b.StartTimer()
+				m.apply(cmd)
+				msgs += r.Count()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(msgs), "ns/msg")
+		})
+	}
+}
+
 // BenchmarkCheckPop is the read a parked or arriving pop does before proposing.
 func BenchmarkCheckPop(b *testing.B) {
 	m := newMachine(b)

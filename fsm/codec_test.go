@@ -29,6 +29,11 @@ func sampleCommands() map[Type]Command {
 		TypeAck: &Ack{Group: "billing", Items: []AckItem{ack, {TxID: "x", Status: AckCompleted}}},
 		TypeAckPacked: &AckPacked{Ack{Group: "billing", Items: []AckItem{ack, {TxID: "x", Status: AckCompleted},
 			ack, {TxID: "y", PartitionID: [16]byte{9, 8, 7}, PartitionOK: true, Status: AckFailed, Error: "no"}}}},
+		TypeAckAt: &AckAt{Ack{Group: "billing", Items: []AckItem{
+			{TxID: "a", PartitionID: [16]byte{9, 8, 7}, PartitionOK: true, LeaseID: [16]byte{4, 5}, HasLease: true,
+				Status: AckCompleted, At: 1_000_017},
+			ack, {TxID: "b", PartitionID: [16]byte{9, 8, 7}, PartitionOK: true, LeaseID: [16]byte{4, 5}, HasLease: true,
+				Status: AckCompleted, At: 1_000_018}}}},
 		TypeExtend: &Extend{LeaseID: [16]byte{0xff, 1}, Seconds: 90},
 		TypeTransaction: &Transaction{Ops: []TxOp{
 			{Kind: OpPush, Items: []PushItem{push}},

@@ -133,6 +133,11 @@ type AckItem struct {
 	// the text of every status; the apply reads it for AckUnknown only.
 	StatusText string
 	Error      string
+	// At is where the leader knows the message named by TxID is stored in
+	// the partition, 0 when it does not (offsets start at 1). Only AckAt
+	// writes it to the log; the apply uses it in place of an index lookup
+	// when it can prove the two agree (ackat.go).
+	At uint64 `msgpack:"-"`
 }
 
 // Ack acknowledges items for one consumer group.

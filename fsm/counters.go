@@ -62,6 +62,8 @@ func (c *Counters) count(cmd Command, result any) {
 			items = a.Items
 		case *AckPacked:
 			items = a.Items
+		case *AckAt:
+			items = a.Items
 		}
 		for i, it := range r.Items {
 			if it.DLQ {

@@ -44,8 +44,9 @@ type Config struct {
 	// difference fails the apply. For tests.
 	VerifyCache bool
 	// VerifyAcks resolves every acknowledgment that the index resolves
-	// (ackByIndex) also by scanning its batch, and fails the apply when
-	// the two differ. For tests.
+	// (ackByIndex) also by scanning its batch, and every one resolved by
+	// the offset the leader wrote (AckAt) also by the index, and fails the
+	// apply when the two differ. For tests (crownd --verify-acks).
 	VerifyAcks bool
 }
 
@@ -75,6 +76,32 @@ type FSM struct {
 
 	obsMu     sync.Mutex
 	observers []func(*Events)
+
+	// acks counts how this node's applies resolved acknowledgments by
+	// transaction id (AckResolutions); it is not part of the state.
+	acks ackResolutions
+}
+
+// ackResolutions counts acknowledgments resolved by transaction id.
+type ackResolutions struct {
+	byOffset, byIndex, refused atomic.Uint64
+}
+
+// AckResolutions counts, since this node started, the acknowledgments its
+// applies resolved by transaction id (AckAt).
+type AckResolutions struct {
+	// ByOffset took the offset the leader wrote into the item.
+	ByOffset uint64
+	// ByIndex looked the id up in the transaction-id index; Refused of them
+	// carried an offset that could not be proven the index's answer.
+	ByIndex, Refused uint64
+}
+
+// AckResolutions reports how this node's applies have resolved
+// acknowledgments (the items of a live batch whose ids may repeat are
+// resolved by reading the batch instead, and counted in none).
+func (f *FSM) AckResolutions() AckResolutions {
+	return AckResolutions{ByOffset: f.acks.byOffset.Load(), ByIndex: f.acks.byIndex.Load(), Refused: f.acks.refused.Load()}
 }
 
 const (
@@ -338,7 +365,8 @@ func (f *FSM) applyEntry(tx *segments.Tx, l *raft.Log, now *int64, events *Event
 	if e.Stamp > *now {
 		*now = e.Stamp
 	}
-	a := &applier{tx: tx, now: *now, index: l.Index, full: e.Origin == f.cfg.NodeID, events: events, verifyAcks: f.cfg.VerifyAcks}
+	a := &applier{tx: tx, now: *now, index: l.Index, full: e.Origin == f.cfg.NodeID, events: events, verifyAcks: f.cfg.VerifyAcks,
+		acks: &f.acks}
 	out := &EntryResult{Index: l.Index, Results: make([]any, len(e.Commands))}
 	for j, c := range e.Commands {
 		if err := c.Validate(); err != nil {

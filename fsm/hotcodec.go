@@ -14,7 +14,7 @@ import (
 //
 // Push:  [ [ [queue, partition, txid, traceId(bin16|nil), producerSub, payload(bin), encrypted], ... ] ]
 // Ack:   [ group, [ [txid, partitionId(bin16), partitionOK, leaseId(bin16|nil), hasLease, status, statusText, error], ... ] ]
-// AckPacked (what nodes now write for an acknowledgment): ackpacked.go.
+// AckPacked and AckAt (what nodes now write for an acknowledgment): ackpacked.go, ackat.go.
 
 func encodeItem(enc *msgpack.Encoder, it *PushItem) error {
 	var trace []byte

@@ -78,7 +78,7 @@ func (a *applier) readClaimed(p *popState) {
 		lp.Messages = append(lp.Messages, DeliveredMessage{
 			ID: sm.ID, TxID: sm.TxID, TraceID: sm.TraceID, HasTrace: sm.HasTrace,
 			ProducerSub: sm.ProducerSub, Payload: sm.Payload, Encrypted: sm.Encrypted,
-			CreatedAt: sm.CreatedAt, RetryCount: r.retry,
+			CreatedAt: sm.CreatedAt, RetryCount: r.retry, Offset: sm.Offset,
 		})
 		return nil
 	}))

@@ -43,6 +43,8 @@ var registry = [...]commandSpec{
 	TypeTransactionAs:   spec("transaction_as", applyTransactionAs),
 	// Acknowledgments in the smaller format (ackpacked.go).
 	TypeAckPacked: spec("ack_packed", applyAckPacked),
+	// Acknowledgments with the offsets the leader delivered (ackat.go).
+	TypeAckAt: spec("ack_at", applyAckAt),
 	// Consumer-group administration (groups_commands.go, groups_apply.go).
 	TypeDeleteGroup:         spec("delete_group", applyDeleteGroup),
 	TypeRewriteSubscription: spec("rewrite_subscription", applyRewriteSubscription),
@@ -98,6 +100,8 @@ type applier struct {
 	events *Events
 	// verifyAcks: Config.VerifyAcks.
 	verifyAcks bool
+	// acks counts how acknowledgments were resolved (FSM.AckResolutions).
+	acks *ackResolutions
 }
 
 // must stops the state machine on a storage failure. A half-applied command

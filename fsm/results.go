@@ -55,6 +55,9 @@ type DeliveredMessage struct {
 	Encrypted   bool
 	CreatedAt   int64
 	RetryCount  uint64
+	// Offset is where the message is stored in its partition, which an
+	// acknowledgment proposed here can carry (AckAt).
+	Offset uint64
 }
 
 // LeasedPartition is what one claimed partition contributed to a pop.
