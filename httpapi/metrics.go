@@ -23,6 +23,7 @@ type metrics struct {
 	fillWaitMicros prometheus.Counter
 	parked         *parkedGauge
 	popEmpty       prometheus.Counter
+	ackOffsets     prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
@@ -46,8 +47,12 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		popEmpty: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "crown_pop_empty_total", Help: "Pops answered 204 on this node.",
 		}),
+		ackOffsets: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "crown_ack_offsets_written_total",
+			Help: "Acknowledgments this node proposed carrying the offset of a message it delivered (no node looks them up).",
+		}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.fillWaits, m.fillWaitMicros, m.parked, m.popEmpty,
+	reg.MustRegister(m.requests, m.latency, m.fillWaits, m.fillWaitMicros, m.parked, m.popEmpty, m.ackOffsets,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		// Queen's names for the same process figures (queen-api.md 3.3).
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: "queen"}),
@@ -207,6 +212,7 @@ type clusterCollector struct {
 	firstIndex, trailingLogs, logFileBytes       *prometheus.Desc
 	entries, commands, lingered                  *prometheus.Desc
 	dlqDepth, dlqByQueue                         *prometheus.Desc
+	ackResolved, ackRefused                      *prometheus.Desc
 }
 
 var counterNames = []string{
@@ -238,6 +244,12 @@ func newClusterCollector(s *Server) *clusterCollector {
 		lingered: prometheus.NewDesc("crown_commit_lingered_total",
 			"Entries that waited out --commit-linger for more requests (the node was busy) rather than filling up first.", nil, nil),
 		dlqDepth: prometheus.NewDesc("queen_dlq_depth", "Dead letters stored, all queues.", nil, cluster),
+		ackResolved: prometheus.NewDesc("crown_ack_resolutions_total",
+			"Acknowledgments this node's state machine resolved by transaction id: by the offset the leader wrote into them, or by a lookup in the index.",
+			[]string{"by"}, nil),
+		ackRefused: prometheus.NewDesc("crown_ack_offsets_refused_total",
+			"Acknowledgments whose offset the state machine could not prove the index's answer (the message deleted, or its id possibly repeated), so it looked them up.",
+			nil, nil),
 		dlqByQueue: prometheus.NewDesc("queen_dlq_depth_by_queue",
 			"Dead letters stored, by queue (queues holding none have no series).", []string{"queue"}, nil),
 	}
@@ -252,7 +264,7 @@ func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	for _, d := range []*prometheus.Desc{c.ack, c.applied, c.commit, c.leader, c.term, c.logBytes, c.firstIndex, c.trailingLogs,
-		c.logFileBytes, c.entries, c.commands, c.lingered, c.dlqDepth, c.dlqByQueue} {
+		c.logFileBytes, c.entries, c.commands, c.lingered, c.dlqDepth, c.dlqByQueue, c.ackResolved, c.ackRefused} {
 		ch <- d
 	}
 }
@@ -275,6 +287,10 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.dlqDepth, prometheus.GaugeValue, float64(total))
 	}
+	ar := c.s.state.AckResolutions()
+	ch <- prometheus.MustNewConstMetric(c.ackResolved, prometheus.CounterValue, float64(ar.ByOffset), "offset")
+	ch <- prometheus.MustNewConstMetric(c.ackResolved, prometheus.CounterValue, float64(ar.ByIndex), "index")
+	ch <- prometheus.MustNewConstMetric(c.ackRefused, prometheus.CounterValue, float64(ar.Refused))
 	st := c.s.cluster.Status()
 	leader := 0.0
 	if st.State == "Leader" {

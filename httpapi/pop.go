@@ -401,6 +401,7 @@ func (s *Server) attemptPop(w http.ResponseWriter, r *http.Request, c *fsm.Lease
 	if lr.Count() == 0 {
 		return false, false
 	}
+	s.delivered.remember(lr)
 	buf := getBuf()
 	defer putBuf(buf)
 	var aerr *apiError

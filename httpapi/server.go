@@ -91,6 +91,9 @@ type Server struct {
 	// seals orders the pushes this node seals as the leader against the
 	// configures that turn encryption on (seal_gate.go).
 	seals sealGate
+	// delivered remembers where the messages of the pops proposed here are
+	// stored, for their acknowledgments (delivered.go).
+	delivered *delivered
 }
 
 // New builds the server and subscribes its long-poll waiters to commits.
@@ -115,7 +118,7 @@ func New(cfg Config, cluster Cluster, state *fsm.FSM) *Server {
 	}
 	s := &Server{
 		cfg: cfg, log: cfg.Logger.With("component", "http"), cluster: cluster, state: state,
-		waiters: newWaiters(), started: time.Now(), closing: make(chan struct{}),
+		waiters: newWaiters(), started: time.Now(), closing: make(chan struct{}), delivered: newDelivered(),
 	}
 	s.fwd = newForwarder(s)
 	s.metrics = newMetrics(cfg.Registry, s)

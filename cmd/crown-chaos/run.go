@@ -89,7 +89,7 @@ Needs root for the netns backend. Ctrl-C stops the run and cleans up.
 	fs.IntVar(&o.wl.LeaseSeconds, "lease", 5, "leaseSeconds of every pop")
 	fs.BoolVar(&o.wl.Deletes, "deletes", true, "also push to queue "+workload.DeleteQueue+" and delete one message of each push (DELETE /api/v1/messages), then check every node agrees on what is left")
 	fs.StringVar(&o.subnet, "subnet", "10.77.0", "netns: first three octets of the /24 the nodes live in")
-	fs.StringVar(&o.crowndArgs, "crownd-args", "", "netns: extra crownd flags (space separated)")
+	fs.StringVar(&o.crowndArgs, "crownd-args", "", "netns: extra crownd flags (space separated), after --verify-acks, which every netns node runs with")
 	fs.StringVar(&o.composeFile, "compose-file", "scripts/docker/docker-compose.yml", "docker: compose file")
 	fs.StringVar(&o.dockerImage, "image", "crown:latest", "docker: image to run")
 	fs.IntVar(&o.dockerPort, "docker-port", 16632, "docker: host port of node1 (node2, node3 follow)")
@@ -260,7 +260,7 @@ func (r *runner) run(ctx context.Context) (rc int) {
 		}
 		absData, _ := filepath.Abs(dataDir)
 		r.be = nemesis.NewNetns(nemesis.NetnsConfig{Crownd: crownd, Self: self, DataDir: absData, LogDir: logDir,
-			Subnet: o.subnet, ExtraArgs: strings.Fields(o.crowndArgs), Logf: r.logf})
+			Subnet: o.subnet, ExtraArgs: append([]string{"--verify-acks"}, strings.Fields(o.crowndArgs)...), Logf: r.logf})
 	case "docker":
 		r.be = nemesis.NewDocker(nemesis.DockerConfig{ComposeFile: o.composeFile, Image: o.dockerImage,
 			FirstPort: o.dockerPort, LogDir: logDir, Logf: r.logf})

@@ -68,6 +68,9 @@ type config struct {
 	OJSStrict     bool
 	FSMSync       bool
 	FSMWriteback  time.Duration
+	// VerifyAcks checks every acknowledgment's resolution a second way and
+	// stops the node at a disagreement (fsm.Config.VerifyAcks): for tests.
+	VerifyAcks bool
 	// GCPercent is the collector's target (Go's GOGC), applied at start
 	// unless GOGC itself is set (GOGCEnv), which then wins.
 	GCPercent   int
@@ -103,6 +106,7 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the HTTP address")
 	fs.BoolVar(&c.RaftMetrics, "raft-metrics", true, "export Raft's own timers (log store appends, commit time, replication round trips, apply) on /metrics/prometheus as crown_raft_* summaries")
 	fs.BoolVar(&c.OJSStrict, "ojs-strict-queues", false, "OJS API: pause and resume of an unknown queue get 404 instead of creating it")
+	fs.BoolVar(&c.VerifyAcks, "verify-acks", false, "testing aid: resolve every acknowledgment a second way too (the offset the leader wrote against the index, the index against a scan of the batch) and stop the node at the first disagreement; costs what the first way saves")
 	fs.BoolVar(&c.FSMSync, "fsm-sync", false, "fsync the state database on every commit (the Raft log is always fsynced; see README, Durability)")
 	fs.DurationVar(&c.FSMWriteback, "fsm-writeback", 250*time.Millisecond, "without --fsm-sync: have the kernel start writing the state's dirty pages this often, so they reach the disk in small pieces rather than bursts that stall Raft's fsyncs (0: leave it to the kernel; Linux only)")
 	fs.IntVar(&c.GCPercent, "gc-percent", defaultGCPercent, "garbage collector: let the heap grow this many percent over what was live at the last collection before the next (Go's GOGC, whose own default is 100; GOGC in the environment wins over this flag)")
@@ -444,7 +448,7 @@ func runNode(c *config, log *slog.Logger) error {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 	state, err := fsm.Open(fsm.Config{Dir: filepath.Join(c.DataDir, "state"), NodeID: c.NodeID,
-		Logger: log, Sync: c.FSMSync, Writeback: c.FSMWriteback, BootID: bootID()})
+		Logger: log, Sync: c.FSMSync, Writeback: c.FSMWriteback, BootID: bootID(), VerifyAcks: c.VerifyAcks})
 	if err != nil {
 		return err
 	}

@@ -309,7 +309,9 @@ func (c *Cluster) newNode(path, id string) (*Node, error) {
 		env:      ChildEnv(c.cfg.env...),
 	}
 	n.args = []string{"--node-id", id, "--data-dir", n.dataDir, "--http-addr", n.httpAddr,
-		"--raft-addr", n.raftAddr, "--log-format", "text", "--log-level", c.cfg.logLevel}
+		"--raft-addr", n.raftAddr, "--log-format", "text", "--log-level", c.cfg.logLevel,
+		// Every test cluster checks how its acknowledgments resolve.
+		"--verify-acks"}
 	n.args = append(n.args, c.cfg.args...)
 	return n, nil
 }
