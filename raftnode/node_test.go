@@ -22,12 +22,25 @@ import (
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	return freeAddrs(t, 1)[0]
+}
+
+// freeAddrs is n distinct free addresses: each listener stays open until
+// all are chosen, as the kernel may hand a port just closed out again (a
+// cluster test once got the same port for two nodes, and Raft refused
+// the configuration).
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	addrs := make([]string, n)
+	for i := range addrs {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		addrs[i] = l.Addr().String()
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addrs
 }
 
 type testNode struct {
@@ -160,8 +173,8 @@ func TestNegativeLingerSurvivesDefaults(t *testing.T) {
 func startCluster(t *testing.T, n int) []*testNode {
 	t.Helper()
 	var peers []Peer
-	for i := 1; i <= n; i++ {
-		peers = append(peers, Peer{ID: fmt.Sprintf("n%d", i), Addr: freeAddr(t)})
+	for i, addr := range freeAddrs(t, n) {
+		peers = append(peers, Peer{ID: fmt.Sprintf("n%d", i+1), Addr: addr})
 	}
 	var nodes []*testNode
 	for _, p := range peers {

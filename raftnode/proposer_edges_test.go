@@ -75,7 +75,8 @@ func startWithSilentPeer(t *testing.T) (nodes []*testNode, silentID string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ghost.Close() })
-	peers := []Peer{{ID: "n1", Addr: freeAddr(t)}, {ID: "n2", Addr: freeAddr(t)}, {ID: "n3", Addr: ghost.Addr().String()}}
+	addrs := freeAddrs(t, 2)
+	peers := []Peer{{ID: "n1", Addr: addrs[0]}, {ID: "n2", Addr: addrs[1]}, {ID: "n3", Addr: ghost.Addr().String()}}
 	for _, p := range peers[:2] {
 		cfg := fastConfig(p.ID, p.Addr, t.TempDir(), peers)
 		cfg.TransportTimeout = 2 * time.Second

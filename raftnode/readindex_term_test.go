@@ -28,8 +28,9 @@ import (
 // it became leader and before its no-op, while ReadIndex starts.
 func TestReadIndexOfNewLeaderCoversWritesTheOldLeaderAcknowledged(t *testing.T) {
 	var peers []Peer
-	for _, id := range []string{"n1", "n2", "n3"} {
-		peers = append(peers, Peer{ID: id, Addr: freeAddr(t)})
+	addrs := freeAddrs(t, 3)
+	for i, id := range []string{"n1", "n2", "n3"} {
+		peers = append(peers, Peer{ID: id, Addr: addrs[i]})
 	}
 	var nodes []*testNode
 	for _, p := range peers {

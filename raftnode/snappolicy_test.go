@@ -129,8 +129,8 @@ func TestFirstSnapshotAt(t *testing.T) {
 func TestSnapshotsAreStaggeredAcrossNodes(t *testing.T) {
 	const threshold = 96 << 10
 	var peers []Peer
-	for i := 1; i <= 3; i++ {
-		peers = append(peers, Peer{ID: fmt.Sprintf("n%d", i), Addr: freeAddr(t)})
+	for i, addr := range freeAddrs(t, 3) {
+		peers = append(peers, Peer{ID: fmt.Sprintf("n%d", i+1), Addr: addr})
 	}
 	var nodes []*testNode
 	for _, p := range peers {
