@@ -94,6 +94,8 @@ type Server struct {
 	// delivered remembers where the messages of the pops proposed here are
 	// stored, for their acknowledgments (delivered.go).
 	delivered *delivered
+	// nodeAddrs keeps the registry's HTTP addresses (forward.go).
+	nodeAddrs nodeAddrs
 }
 
 // New builds the server and subscribes its long-poll waiters to commits.
@@ -123,6 +125,7 @@ func New(cfg Config, cluster Cluster, state *fsm.FSM) *Server {
 	s.fwd = newForwarder(s)
 	s.metrics = newMetrics(cfg.Registry, s)
 	state.Subscribe(s.waiters.notify)
+	state.Subscribe(s.nodeAddrs.changed)
 	s.ojs = ojs.New(ojs.Config{NodeID: cfg.NodeID, MaxBodyBytes: 1 << 20, Strict: cfg.OJSStrict,
 		Version: cfg.Version, Registry: cfg.Registry}, ojsBackend{s}, state)
 	s.router = s.routes()
