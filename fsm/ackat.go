@@ -64,17 +64,16 @@ func (c *AckAt) decodeFrom(r *mpReader) error { return decodePacked(r, &c.Ack, t
 func (c *AckAt) DecodeMsgpack(dec *msgpack.Decoder) error { return decodeVia(dec, c.decodeFrom) }
 
 func encodeOffsets(enc *msgpack.Encoder, items []AckItem) error {
-	base := uint64(math.MaxInt64)
-	any := false
+	base, carried := uint64(math.MaxInt64), false
 	for i := range items {
 		if at := items[i].At; at != 0 {
 			if at > math.MaxInt64 {
 				return fmt.Errorf("acknowledgment of %q: offset %d past the largest an entry holds", items[i].TxID, at)
 			}
-			base, any = min(base, at), true
+			base, carried = min(base, at), true
 		}
 	}
-	if !any {
+	if !carried {
 		return enc.EncodeArrayLen(0)
 	}
 	if err := errors.Join(enc.EncodeArrayLen(len(items)+1), enc.EncodeUint(base)); err != nil {
