@@ -218,12 +218,15 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, parse func([]byte) 
 	// Written in the packed format (fsm.AckPacked): the items of a batch
 	// share their partition and lease, which the log then holds once. The
 	// items of a pop proposed here carry their messages' offsets, which
-	// spares every node the index lookups (fsm.AckAt). A follower relays
-	// the request, and the leader parses and stamps it again.
+	// spares every node the index lookups (fsm.AckAt). Only the leader
+	// stamps them: a follower relays the request as it came, and the
+	// command built here is dropped.
 	var cmd fsm.Command = &fsm.AckPacked{Ack: *c}
-	if n := s.delivered.stamp(c.Items); n > 0 {
-		s.metrics.ackOffsets.Add(float64(n))
-		cmd = &fsm.AckAt{Ack: *c}
+	if s.cluster.IsLeader() {
+		if n := s.delivered.stamp(c.Items); n > 0 {
+			s.metrics.ackOffsets.Add(float64(n))
+			cmd = &fsm.AckAt{Ack: *c}
+		}
 	}
 	res, ok := s.commit(w, r, body, cmd)
 	if !ok {
