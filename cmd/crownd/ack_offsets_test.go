@@ -3,8 +3,6 @@ package main_test
 import (
 	"context"
 	"fmt"
-	"regexp"
-	"strconv"
 	"testing"
 	"time"
 
@@ -32,7 +30,7 @@ func TestAckOffsetsSpareEveryNodeTheIndex(t *testing.T) {
 	}
 	before := make([]ackCounters, 3)
 	for i, n := range c.Nodes() {
-		before[i] = readAckCounters(ctx, t, n)
+		before[i] = readAckCounters(t, n)
 	}
 	// Pop through a follower and acknowledge through the other one, then
 	// both through the leader, then pop through the leader and acknowledge
@@ -74,7 +72,7 @@ func TestAckOffsetsSpareEveryNodeTheIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, n := range c.Nodes() {
-		got := readAckCounters(ctx, t, n).minus(before[i])
+		got := readAckCounters(t, n).minus(before[i])
 		want := ackCounters{byOffset: float64(acked), byIndex: 1}
 		if n == leader {
 			want.written = float64(acked)
@@ -91,20 +89,16 @@ func (a ackCounters) minus(b ackCounters) ackCounters {
 	return ackCounters{a.byOffset - b.byOffset, a.byIndex - b.byIndex, a.refused - b.refused, a.written - b.written}
 }
 
-func readAckCounters(ctx context.Context, t *testing.T, n *tc.Node) ackCounters {
+func readAckCounters(t *testing.T, n *tc.Node) ackCounters {
 	t.Helper()
-	var body string
-	if err := clusterGetText(ctx, n.URL()+"/metrics/prometheus", &body); err != nil {
+	m, err := nodeMetrics(n)
+	if err != nil {
 		t.Fatal(err)
 	}
 	value := func(series string) float64 {
-		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindStringSubmatch(body)
-		if m == nil {
+		v, ok := m[series]
+		if !ok {
 			t.Fatalf("%s: no series %s", n.ID(), series)
-		}
-		v, err := strconv.ParseFloat(m[1], 64)
-		if err != nil {
-			t.Fatal(err)
 		}
 		return v
 	}

@@ -352,29 +352,19 @@ func TestOpsGCPercentDefaultFlagAndGOGC(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		opts []tc.Option
-		want string
+		want float64
 	}{
-		{"default", []tc.Option{tc.WithEnv("GOGC=")}, "200"},
-		{"flag", []tc.Option{tc.WithEnv("GOGC="), tc.WithArgs("--gc-percent", "150")}, "150"},
-		{"GOGC wins", []tc.Option{tc.WithEnv("GOGC=80"), tc.WithArgs("--gc-percent", "150")}, "80"},
+		{"default", []tc.Option{tc.WithEnv("GOGC=")}, 200},
+		{"flag", []tc.Option{tc.WithEnv("GOGC="), tc.WithArgs("--gc-percent", "150")}, 150},
+		{"GOGC wins", []tc.Option{tc.WithEnv("GOGC=80"), tc.WithArgs("--gc-percent", "150")}, 80},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			node := tc.Start(t, 1, c.opts...).Node(0)
-			resp, err := http.Get(node.URL() + "/metrics/prometheus")
+			m, err := nodeMetrics(tc.Start(t, 1, c.opts...).Node(0))
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer resp.Body.Close()
-			sc := bufio.NewScanner(resp.Body)
-			sc.Buffer(make([]byte, 0, 1<<16), 1<<20)
-			got := ""
-			for sc.Scan() {
-				if v, ok := strings.CutPrefix(sc.Text(), "go_gc_gogc_percent "); ok {
-					got = v
-				}
-			}
-			if got != c.want {
-				t.Errorf("go_gc_gogc_percent %q, want %s", got, c.want)
+			if got, ok := m["go_gc_gogc_percent"]; !ok || got != c.want {
+				t.Errorf("go_gc_gogc_percent %v (exported: %t), want %v", got, ok, c.want)
 			}
 		})
 	}

@@ -41,7 +41,7 @@ func TestRaftMetricsExported(t *testing.T) {
 		want[f] = []string{"crown_raft_rpc_appendEntries_storeLogs_count", "crown_raft_fsm_applyBatch_count"}
 	}
 	for n, names := range want {
-		m, err := timersMetrics(n)
+		m, err := nodeMetrics(n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +69,7 @@ func TestRaftMetricsOff(t *testing.T) {
 	if _, err := n.Client().Push(ctx, []tc.PushItem{{Queue: "raftmetrics", Payload: 1, TransactionID: "a"}}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := timersMetrics(n)
+	m, err := nodeMetrics(n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestTrailingLogBytesCompactTheLog(t *testing.T) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		m, err := timersMetrics(n)
+		m, err := nodeMetrics(n)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -34,8 +34,8 @@ func timersCtx(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// timersMetrics scrapes /metrics/prometheus into "name{labels}" -> value.
-func timersMetrics(n *tc.Node) (map[string]float64, error) {
+// nodeMetrics scrapes /metrics/prometheus into "name{labels}" -> value.
+func nodeMetrics(n *tc.Node) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", n.URL()+"/metrics/prometheus", nil)
@@ -71,9 +71,9 @@ func timersMetrics(n *tc.Node) (map[string]float64, error) {
 	return out, sc.Err()
 }
 
-func timersMetric(t *testing.T, n *tc.Node, key string) float64 {
+func nodeMetric(t *testing.T, n *tc.Node, key string) float64 {
 	t.Helper()
-	m, err := timersMetrics(n)
+	m, err := nodeMetrics(n)
 	if err != nil {
 		t.Fatalf("scrape %s: %v", n.ID(), err)
 	}
@@ -189,11 +189,11 @@ func TestTimersSweepDeletesSameSegmentsOnEveryNode(t *testing.T) {
 		t.Logf("leadership moved from %s to %s during the test", leader.ID(), cur.ID())
 		return
 	}
-	if v := timersMetric(t, leader, mSegsDeleted); v != segs {
+	if v := nodeMetric(t, leader, mSegsDeleted); v != segs {
 		t.Fatalf("leader %s counted %v deleted segments, want %d", leader.ID(), v, segs)
 	}
 	for _, n := range timersFollowers(c, leader) {
-		if v := timersMetric(t, n, mSegsDeleted); v != 0 {
+		if v := nodeMetric(t, n, mSegsDeleted); v != 0 {
 			t.Fatalf("follower %s counted %v deleted segments", n.ID(), v)
 		}
 	}
@@ -222,7 +222,7 @@ func TestTimersNewLeaderFinishesSweepAfterLeaderKill(t *testing.T) {
 	// Kill the leader as soon as it has committed its first sweep step.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		m, err := timersMetrics(leader)
+		m, err := nodeMetrics(leader)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,7 +262,7 @@ func TestTimersNewLeaderFinishesSweepAfterLeaderKill(t *testing.T) {
 	}
 	timersWaitTotal(t, survivors, q, 0, 60*time.Second)
 	if cur, _ := c.WaitLeader(5 * time.Second); cur == newLeader {
-		m, err := timersMetrics(newLeader)
+		m, err := nodeMetrics(newLeader)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -279,7 +279,7 @@ func TestTimersNewLeaderFinishesSweepAfterLeaderKill(t *testing.T) {
 	// Every survivor other than the leader proposed nothing.
 	for _, n := range survivors {
 		if n != newLeader {
-			if v := timersMetric(t, n, mSegsDeleted); v != 0 {
+			if v := nodeMetric(t, n, mSegsDeleted); v != 0 {
 				t.Fatalf("follower %s counted %v deleted segments", n.ID(), v)
 			}
 		}
@@ -353,7 +353,7 @@ func TestTimersOnlyLeaderRunsTimers(t *testing.T) {
 				if n == leader {
 					want = 1
 				}
-				if v := timersMetric(t, n, mActive); v != want {
+				if v := nodeMetric(t, n, mActive); v != want {
 					bad = fmt.Sprintf("%s: crown_maintenance_active %v, want %v", n.ID(), v, want)
 				}
 			}
@@ -367,11 +367,11 @@ func TestTimersOnlyLeaderRunsTimers(t *testing.T) {
 		}
 		before := map[string]float64{}
 		for _, n := range c.Nodes() {
-			before[n.ID()] = timersMetric(t, n, mSweeps)
+			before[n.ID()] = nodeMetric(t, n, mSweeps)
 		}
 		time.Sleep(1500 * time.Millisecond) // several RETENTION_INTERVALs
 		for _, n := range c.Nodes() {
-			after := timersMetric(t, n, mSweeps)
+			after := nodeMetric(t, n, mSweeps)
 			if n == leader {
 				if after < before[n.ID()]+3 { // about 7 ticks with a condemned message each
 					t.Fatalf("leader %s: sweeps %v -> %v in 1.5 s at a 200 ms interval", n.ID(), before[n.ID()], after)
@@ -379,7 +379,7 @@ func TestTimersOnlyLeaderRunsTimers(t *testing.T) {
 			} else if after != before[n.ID()] {
 				t.Fatalf("follower %s: sweeps %v -> %v", n.ID(), before[n.ID()], after)
 			}
-			if v := timersMetric(t, n, mActive); (v == 1) != (n == leader) {
+			if v := nodeMetric(t, n, mActive); (v == 1) != (n == leader) {
 				t.Fatalf("%s: crown_maintenance_active %v", n.ID(), v)
 			}
 		}
@@ -525,7 +525,7 @@ func TestTimersMinPopWaitTime(t *testing.T) {
 				}
 			}
 			counters := func() (float64, float64) {
-				m, err := timersMetrics(on)
+				m, err := nodeMetrics(on)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -641,7 +641,7 @@ func TestTimersMinPopWaitSkippedAfterPark(t *testing.T) {
 		done <- popped{msgs, time.Now(), err}
 	}()
 	time.Sleep(300 * time.Millisecond) // parked on the empty queue
-	before := timersMetric(t, n, mFillWaits)
+	before := nodeMetric(t, n, mFillWaits)
 	pushed := time.Now()
 	if _, err := n.Client().Push(ctx, []tc.PushItem{{Queue: q, Payload: 1, TransactionID: "a"}, {Queue: q, Payload: 2, TransactionID: "b"}}); err != nil {
 		t.Fatal(err)
@@ -651,7 +651,7 @@ func TestTimersMinPopWaitSkippedAfterPark(t *testing.T) {
 		t.Fatalf("woken pop: %d messages, %v", len(r.msgs), r.err)
 	}
 	lag := r.at.Sub(pushed)
-	after := timersMetric(t, n, mFillWaits)
+	after := nodeMetric(t, n, mFillWaits)
 	if lag >= 200*time.Millisecond || after != before {
 		t.Fatalf("a long-poll parked on an empty queue returned %v after the push that woke it, fill waits %v -> %v; "+
 			"want it served at once (the park/wake path is unaffected by minPopWaitTime)", lag, before, after)
