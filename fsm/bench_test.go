@@ -100,9 +100,19 @@ func benchApply(b *testing.B, m *machine, logs []*raft.Log, batchEntries int) {
 // transaction rewrites most of the partition records' leaves, so the
 // fewer messages share a transaction, the more each one pays.
 func BenchmarkApplyPush(b *testing.B) {
-	for _, shape := range []struct{ parts, cmds, entries int }{{8, 8, 4}, {10000, 8, 4}, {10000, 4, 1}} {
+	// side: the commands of an entry sweep the partitions side by side, as
+	// the load generator's producers do (each its own round robin, started
+	// one partition apart), instead of one after the other.
+	for _, shape := range []struct {
+		parts, cmds, entries int
+		side                 bool
+	}{{8, 8, 4, false}, {10000, 8, 4, false}, {10000, 4, 1, false}, {10000, 8, 1, true}} {
 		parts := shape.parts
-		b.Run(fmt.Sprintf("partitions=%d/tx=%d", parts, shape.cmds*shape.entries*100), func(b *testing.B) {
+		name := fmt.Sprintf("partitions=%d/tx=%d", parts, shape.cmds*shape.entries*100)
+		if shape.side {
+			name += "/side-by-side"
+		}
+		b.Run(name, func(b *testing.B) {
 			m := newMachine(b)
 			b.ReportAllocs()
 			n, next := 0, 0
@@ -114,12 +124,19 @@ func BenchmarkApplyPush(b *testing.B) {
 					for c := 0; c < shape.cmds; c++ {
 						items := benchItems("q", 1, 100, fmt.Sprintf("t%d-%d-%d-", n, e, c))
 						for i := range items {
+							if shape.side {
+								items[i].Partition = "p" + strconv.Itoa((next+c+i)%parts)
+								continue
+							}
 							items[i].Partition = "p" + strconv.Itoa(next%parts)
 							next++
 						}
 						cmds = append(cmds, &Push{Items: items})
 					}
 					logs = append(logs, m.entry(cmds...))
+					if shape.side {
+						next += 100
+					}
 				}
 				n++
 				b.StartTimer()

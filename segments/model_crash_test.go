@@ -250,7 +250,7 @@ func TestStorageCrashImagesAroundTheCommit(t *testing.T) {
 			}
 			must(t, tx.PutPartition(p))
 		}
-		dead, err := s.blobs.flush(tx)
+		dead, err := s.prepareCommit(tx)
 		must(t, err)
 		pre := modelImage(t, s)
 		must(t, btx.Commit())

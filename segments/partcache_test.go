@@ -1,6 +1,7 @@
 package segments
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -176,11 +177,11 @@ func TestPartitionCacheEvictsOldest(t *testing.T) {
 	}
 }
 
-// Random pushes, failed transactions, savepoint rollbacks and deletes over
-// more partitions than the cache holds, with every cache hit verified
-// against the bucket; the end state must digest like the same operations
-// applied to a store whose cache is never used (a fresh store per
-// transaction).
+// Random pushes, failed transactions, savepoint rollbacks, walks of the
+// bucket and deletes over more partitions than the cache holds, with every
+// cache hit verified against the bucket; after every round the state must
+// digest like the same operations applied to a store without the cache,
+// which writes every record through at once.
 func TestPartitionCacheRandomized(t *testing.T) {
 	dir := t.TempDir()
 	cachedStore, err := Open(filepath.Join(dir, "a.db"), StoreOptions{NoSync: true, VerifyCache: true})
@@ -189,7 +190,12 @@ func TestPartitionCacheRandomized(t *testing.T) {
 	}
 	defer cachedStore.Close()
 	cachedStore.parts = newPartCache(8) // fewer than the partitions: eviction is exercised
-	plainPath := filepath.Join(dir, "b.db")
+	plain, err := Open(filepath.Join(dir, "b.db"), StoreOptions{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	plain.parts = nil // no cache, no overlay, nothing kept back
 
 	const parts = 20
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -200,10 +206,11 @@ func TestPartitionCacheRandomized(t *testing.T) {
 			part     int
 			n        int
 			rollback bool
+			walk     bool // read the bucket itself afterwards
 		}
 		var ops []op
 		for range 1 + rng.IntN(6) {
-			ops = append(ops, op{part: rng.IntN(parts), n: 1 + rng.IntN(3), rollback: rng.IntN(4) == 0})
+			ops = append(ops, op{part: rng.IntN(parts), n: 1 + rng.IntN(3), rollback: rng.IntN(4) == 0, walk: rng.IntN(4) == 0})
 		}
 		fail := rng.IntN(5) == 0
 		deleteQueue := round%17 == 16
@@ -250,6 +257,19 @@ func TestPartitionCacheRandomized(t *testing.T) {
 						return err
 					}
 				}
+				if o.walk {
+					// What the bucket holds now is what a load answers.
+					err := tx.ForEachPartition(q.ID, "", func(w *Partition) (bool, error) {
+						l, err := tx.Partition(q.ID, w.Name)
+						if err == nil && !bytes.Equal(l.marshal(), w.marshal()) {
+							err = fmt.Errorf("walk read %+v, a load %+v", w, l)
+						}
+						return err == nil, err
+					})
+					if err != nil {
+						return err
+					}
+				}
 			}
 			if fail {
 				return errors.New("fail on purpose")
@@ -259,37 +279,25 @@ func TestPartitionCacheRandomized(t *testing.T) {
 		if err := cachedStore.Update(apply); err != nil && !fail {
 			t.Fatalf("round %d, cached store: %v", round, err)
 		}
-		plain, err := Open(plainPath, StoreOptions{NoSync: true})
-		if err != nil {
-			t.Fatal(err)
-		}
 		if err := plain.Update(apply); err != nil && !fail {
 			t.Fatalf("round %d, plain store: %v", round, err)
-		}
-		if err := plain.Close(); err != nil {
-			t.Fatal(err)
 		}
 		if !fail {
 			for _, o := range ops {
 				seq += o.n
 			}
 		}
-	}
-	plain, err := Open(plainPath, StoreOptions{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Close()
-	_, da, err := cachedStore.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, db, err := plain.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if da != db {
-		t.Fatalf("digest with the cache %s, without %s", da, db)
+		_, da, err := cachedStore.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, db, err := plain.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if da != db {
+			t.Fatalf("round %d: digest with the cache %s, without %s", round, da, db)
+		}
 	}
 	if len(cachedStore.parts.m) > 8 {
 		t.Fatalf("cache holds %d records, bound 8", len(cachedStore.parts.m))

@@ -380,7 +380,7 @@ func (s *Store) update(seal int64, fn func(*Tx) error) (err error) {
 	if err := fn(t); err != nil {
 		return err
 	}
-	dead, err := s.blobs.flush(t)
+	dead, err := s.prepareCommit(t)
 	if err != nil {
 		return err
 	}
@@ -391,6 +391,19 @@ func (s *Store) update(seal int64, fn func(*Tx) error) (err error) {
 	s.parts.commit(t.parts)
 	s.blobs.commit(t.w, dead)
 	return nil
+}
+
+// prepareCommit writes what the write transaction t kept back until its end
+// (pending partition records, then the blobs, whose files it records) and
+// returns the blob files it left without a live byte.
+func (s *Store) prepareCommit(t *Tx) (dead []uint64, err error) {
+	if t.failed != nil {
+		return nil, t.failed
+	}
+	if err := t.flushParts(); err != nil {
+		return nil, err
+	}
+	return s.blobs.flush(t)
 }
 
 // View runs fn in a read transaction.
@@ -510,6 +523,12 @@ type Tx struct {
 	// for each partition key it wrote, a copy of the record it stored, or a
 	// note that the record is unknown (deleted, rolled back; partcache.go).
 	parts map[string]*partNote
+	// pendingParts lists the keys deferPart noted pending since the last
+	// flushParts (a key may repeat: flushParts checks each note).
+	pendingParts []string
+	// failed is an error met where none could be returned (Savepoint):
+	// the transaction must not commit.
+	failed error
 	// keyBuf and slab spare an allocation per small row on hot paths
 	// (scratchKey8, value).
 	keyBuf []byte
@@ -690,6 +709,13 @@ func (t *Tx) record(b int, key []byte) {
 // Savepoint starts recording undo information; RollbackTo(sp) restores every
 // key written since, Release(sp) keeps the writes. Savepoints nest.
 func (t *Tx) Savepoint() int {
+	// A rollback restores the values the bucket held, so it must hold
+	// them. Savepoint has no error to return: a failed flush fails the
+	// transaction at its end instead (update), so nothing built on the
+	// stale values commits.
+	if err := t.flushParts(); err != nil && t.failed == nil {
+		t.failed = err
+	}
 	t.depth++
 	if t.w != nil {
 		t.w.marks = append(t.w.marks, blobMark{pending: len(t.w.pending), live: t.w.live})
@@ -942,6 +968,9 @@ func (t *Tx) CreatePartition(p *Partition) error {
 // PutPartition stores an existing partition's record.
 func (t *Tx) PutPartition(p *Partition) error {
 	key := t.scratchKey8(p.QueueID, p.Name)
+	if t.deferPart(key, p) {
+		return nil
+	}
 	if err := t.put(bParts, key, p.marshal()); err != nil {
 		return err
 	}
@@ -952,6 +981,9 @@ func (t *Tx) PutPartition(p *Partition) error {
 // ForEachPartition calls fn for the queue's partitions in name order,
 // starting at the first name >= from, until fn returns false.
 func (t *Tx) ForEachPartition(qid uint64, from string, fn func(*Partition) (bool, error)) error {
+	if err := t.flushParts(); err != nil {
+		return err
+	}
 	prefix := be64(qid)
 	c := t.bucket(bParts).Cursor()
 	for k, v := c.Seek(key8(qid, []byte(from))); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
