@@ -255,7 +255,7 @@ func TestStorageCrashImagesAroundTheCommit(t *testing.T) {
 		pre := modelImage(t, s)
 		must(t, btx.Commit())
 		post := modelImage(t, s)
-		s.parts.commit(tx.parts)
+		s.parts.commit(tx.notes)
 		s.blobs.commit(tx.w, dead)
 		_, after, err := s.Digest()
 		must(t, err)

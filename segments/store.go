@@ -388,7 +388,7 @@ func (s *Store) update(seal int64, fn func(*Tx) error) (err error) {
 		return fmt.Errorf("commit: %w", err)
 	}
 	committed = true
-	s.parts.commit(t.parts)
+	s.parts.commit(t.notes)
 	s.blobs.commit(t.w, dead)
 	return nil
 }
@@ -523,9 +523,12 @@ type Tx struct {
 	// for each partition key it wrote, a copy of the record it stored, or a
 	// note that the record is unknown (deleted, rolled back; partcache.go).
 	parts map[string]*partNote
-	// pendingParts lists the keys deferPart noted pending since the last
-	// flushParts (a key may repeat: flushParts checks each note).
-	pendingParts []string
+	// notes holds the same notes in the order they were made, which the
+	// cache's commit and flushParts walk; pending says some may be pending,
+	// and flushing is flushParts' reused list.
+	notes    []*partNote
+	pending  bool
+	flushing []*partNote
 	// failed is an error met where none could be returned (Savepoint):
 	// the transaction must not commit.
 	failed error
