@@ -76,7 +76,7 @@ type partNote struct {
 	// slot is the cache's record for key when the note was made, or nil.
 	// The commit updates it in place: over 10,000 partitions a transaction
 	// notes hundreds of records, and two map operations each on a map of
-	// 16,384 were 5 % of a node's CPU. The slot stays the key's while the
+	// 16,384 were 5 % of the servers' CPU in a produce run. The slot stays the key's while the
 	// note lives: only a miss fills the cache (partitionCached), and a
 	// noted key never misses. An eviction may orphan it, and then the
 	// update reaches nothing, which costs a later miss.
@@ -161,13 +161,13 @@ func (t *Tx) notePartition(key []byte, p *Partition) {
 // once, from flushParts, however often the transaction changes it.
 //
 // Why: every push rewrites the record of each partition it reaches, and a
-// transaction applies many pushes. Over 8 partitions each record was
-// written some 75 times a transaction of 600 messages, over 10,000 by
-// side-by-side producers several times, and each write was a B+tree search
-// from the root, a value encoded and a key copied (BenchmarkApplyPush,
-// side-by-side: a fifth of the apply time). The load generator's producers
-// drift apart, so over 10,000 partitions a record repeats only about 1.3
-// times a transaction there. What reads the bucket itself inside the
+// transaction applies many pushes, each write a B+tree search from the
+// root, a value encoded and a key copied. Counted on a three-node cluster
+// (300,000 messages, the load generator's pushes of 100): over 8 partitions
+// 24,000 record writes became 3,248, over 10,000 partitions 300,000 became
+// 224,972 (its producers drift apart, so an entry's pushes share few
+// partitions); side-by-side producers save a fifth of the apply time
+// (BenchmarkApplyPush). What reads the bucket itself inside the
 // transaction flushes first (ForEachPartition, Savepoint); a load of one
 // record finds a pending one in the overlay.
 func (t *Tx) deferPart(key []byte, p *Partition) bool {
