@@ -8,7 +8,7 @@ GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 # Tests run with the race detector; CI machines have 2 cores.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: all build run test test-short fuzz bench bench-nats bench-nats-phases lint fmt cluster cluster-stop docker-image docker-cluster docker-cluster-stop chaos-short chaos chaos-docker clean
+.PHONY: all build run test test-short fuzz bench bench-nats bench-nats-phases bench-partitions lint fmt cluster cluster-stop docker-image docker-cluster docker-cluster-stop chaos-short chaos chaos-docker clean
 
 all: build
 
@@ -48,6 +48,12 @@ bench-nats:
 # of its messages against each, one table per phase (--phases).
 bench-nats-phases:
 	./scripts/bench-vs-nats.sh --phases $(BENCH_FLAGS)
+
+# Crown over 8 partitions and over 10,000, fresh clusters, produce-only then
+# consume-only, in alternating rounds: the README's "10,000 partitions"
+# figures; see scripts/bench-partitions.sh --help.
+bench-partitions:
+	./scripts/bench-partitions.sh $(BENCH_FLAGS)
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
