@@ -41,7 +41,8 @@ Options:
   --many N     partitions to compare with 8 (default $MANY)
 
 Default workload (the README's): ${DEFAULT_FLAGS[*]}
-Any other argument goes to both runs of crownctl bench run.
+Any other argument goes to every run of crownctl bench run (but
+--partitions, which is 8 or --many).
 
 Prints a line per run: messages/s, the servers' CPU (user+system of the
 three nodes) per message, and the CPU time the hypervisor stole from the
@@ -124,6 +125,9 @@ main() {
 			if [[ "$1" == --rounds ]]; then ROUNDS="$2"; else MANY="$2"; fi
 			shift 2
 			;;
+		--partitions | --partitions=*)
+			die "$1: the partitions are set per run (8, and --many)"
+			;;
 		*)
 			EXTRA_FLAGS+=("$1")
 			shift
@@ -140,6 +144,7 @@ main() {
 	# Leftovers of an interrupted run: stop what we started, then start afresh.
 	if [[ -d "$CROWN_DIR" ]]; then crown_cluster stop >&2; fi
 	mkdir -p -- "$WORK"
+	rm -f -- "$WORK"/p*-r*-produce.json "$WORK"/p*-r*-consume.json # no earlier run's report is read as this one's
 	PHASES_RC=0
 	declare -gA CPU=() STEAL=() RATE=()
 	local load round parts phase
