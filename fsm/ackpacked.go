@@ -76,11 +76,7 @@ func encodePacked(enc *msgpack.Encoder, c *Ack, withOffsets bool) error {
 		}
 		refs[i] = j
 	}
-	fields := 3
-	if withOffsets {
-		fields = 4
-	}
-	if err := errors.Join(enc.EncodeArrayLen(fields), enc.EncodeString(c.Group), enc.EncodeArrayLen(len(pairs))); err != nil {
+	if err := errors.Join(enc.EncodeArrayLen(packedFields(withOffsets)), enc.EncodeString(c.Group), enc.EncodeArrayLen(len(pairs))); err != nil {
 		return err
 	}
 	for i := range pairs {
@@ -110,14 +106,19 @@ func encodePacked(enc *msgpack.Encoder, c *Ack, withOffsets bool) error {
 
 func (c *AckPacked) decodeFrom(r *mpReader) error { return decodePacked(r, &c.Ack, false) }
 
+// packedFields is the length of the packed format's top-level array: group,
+// pairs and items, then AckAt's offsets table.
+func packedFields(withOffsets bool) int {
+	if withOffsets {
+		return 4
+	}
+	return 3
+}
+
 // decodePacked reads the packed format into c, with the offsets table of
 // AckAt when withOffsets.
 func decodePacked(r *mpReader, c *Ack, withOffsets bool) error {
-	fields := 3
-	if withOffsets {
-		fields = 4
-	}
-	if n, err := r.arrayLen(); err != nil || n != fields {
+	if n, err := r.arrayLen(); err != nil || n != packedFields(withOffsets) {
 		return r.fail("packed ack")
 	}
 	var err error

@@ -108,16 +108,17 @@ func (t *Tx) partitionCached(key []byte) (p *Partition, ok, fill bool, err error
 		return nil, false, false, nil
 	}
 	var src *Partition
+	pending := false // only here, not in the bucket yet: nothing to verify against
 	if n, in := t.parts[string(key)]; in {
 		if !n.known {
 			return nil, false, false, nil // written here, not by PutPartition: read the bucket
 		}
-		src = &n.p
+		src, pending = &n.p, n.pending
 	} else if src = c.m[string(key)]; src == nil {
 		return nil, false, true, nil
 	}
 	cp := *src
-	if t.store.verifyCache && !t.pendingPart(key) {
+	if t.store.verifyCache && !pending {
 		if err := t.verifyPartition(key, &cp); err != nil {
 			return nil, false, false, err
 		}
@@ -178,12 +179,6 @@ func (t *Tx) deferPart(key []byte, p *Partition) bool {
 	n.p, n.known, n.pending = *p, true, true
 	t.pending = true
 	return true
-}
-
-// pendingPart says whether key's record is noted here and not yet written.
-func (t *Tx) pendingPart(key []byte) bool {
-	n := t.parts[string(key)]
-	return n != nil && n.pending
 }
 
 // flushParts writes every pending partition record to the bucket, in key
