@@ -61,7 +61,14 @@ func (a *applier) pushWith(items []PushItem, principal string, gates int) ([]Pus
 		qid  uint64
 		name string
 	}
-	index := make(map[partKey]int)
+	// An item's target is found by a scan of the first few targets' keys
+	// (a request over a few partitions never makes a map), then by a map
+	// made at the size the rest of the request may need: over 10,000
+	// partitions nearly every item is a target of its own, and a map grown
+	// from empty rehashed its way to a hundred.
+	var few [8]partKey
+	keys := few[:0]
+	var index map[partKey]int
 	// targets is appended to while items are classified: take &targets[i]
 	// only for the item at hand. Over many partitions nearly every item is
 	// a target of its own, so each allocation saved here is one a message.
@@ -115,10 +122,31 @@ func (a *applier) pushWith(items []PushItem, principal string, gates int) ([]Pus
 			a.store(q) // implicit creation
 		}
 		k := partKey{q.ID, it.Partition}
-		ti, ok := index[k]
-		if !ok {
+		ti := -1
+		if index == nil {
+			for j := range keys {
+				if keys[j] == k {
+					ti = j
+					break
+				}
+			}
+		} else if j, ok := index[k]; ok {
+			ti = j
+		}
+		if ti < 0 {
 			ti = len(targets)
-			index[k] = ti
+			switch {
+			case index == nil && len(keys) < len(few):
+				keys = append(keys, k)
+			case index == nil:
+				index = make(map[partKey]int, len(keys)+len(items)-i)
+				for j, kj := range keys {
+					index[kj] = j
+				}
+				fallthrough
+			default:
+				index[k] = ti
+			}
 			targets = append(targets, pushTarget{queue: q, part: a.partitionForPush(q, it.Partition)})
 		}
 		t := &targets[ti]

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -293,5 +294,74 @@ func TestPushDuplicateAcrossRequestsOfOneEntry(t *testing.T) {
 	}
 	if p := m.partition("q", "p"); p.Messages != 2 {
 		t.Fatalf("%d messages", p.Messages)
+	}
+}
+
+// One request over more partitions than pushWith finds by a scan (it
+// switches to a map after eight), in two queues sharing partition names,
+// revisiting each partition after the switch: every item reaches its own
+// partition, in item order, and an id repeated there is a duplicate of the
+// first item of its partition only.
+func TestPushRequestOverManyPartitions(t *testing.T) {
+	m := newMachine(t)
+	const parts = 20
+	var req []PushItem
+	for round := 0; round < 2; round++ {
+		for i := 0; i < parts; i++ {
+			p := fmt.Sprintf("p%d", (i*7+round*3)%parts) // another order each round
+			req = append(req, item("q", p, fmt.Sprintf("%s-%d", p, round), fmt.Sprintf(`"q%d"`, round)))
+			if i%3 == 0 {
+				req = append(req, item("r", p, fmt.Sprintf("%s-%d", p, round), fmt.Sprintf(`"r%d"`, round)))
+			}
+		}
+	}
+	// Repeats of ids stored earlier in this request: a duplicate in their
+	// own partition (one found before the switch, one after), new elsewhere.
+	first, late := req[0], req[len(req)-1]
+	req = append(req, item(first.Queue, first.Partition, first.TxID, `"dup"`),
+		item(late.Queue, late.Partition, late.TxID, `"dup"`),
+		item(first.Queue, "elsewhere", first.TxID, `"new"`))
+	res := m.push(req...)
+
+	ids := map[[2]string][16]byte{} // (queue, partition) -> its partition id
+	for i, it := range req {
+		got := res.Items[i]
+		k := [2]string{it.Queue, it.Partition}
+		if id, ok := ids[k]; ok && id != got.PartitionID {
+			t.Fatalf("item %d (%s/%s) reported partition %x, earlier items %x", i, it.Queue, it.Partition, got.PartitionID, id)
+		}
+		ids[k] = got.PartitionID
+		want := uint8(PushQueued)
+		if i >= len(req)-3 && i < len(req)-1 {
+			want = PushDuplicate
+		}
+		if got.Status != want {
+			t.Fatalf("item %d (%s/%s %s) status %d, want %d", i, it.Queue, it.Partition, it.TxID, got.Status, want)
+		}
+	}
+	seen := map[[16]byte]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			t.Fatalf("two (queue, partition) pairs share partition id %x", id)
+		}
+		seen[id] = true
+	}
+	for k := range ids {
+		var want []string
+		for i, it := range req[:len(req)-3] {
+			if it.Queue == k[0] && it.Partition == k[1] && res.Items[i].Status == PushQueued {
+				want = append(want, it.TxID)
+			}
+		}
+		if k[1] == "elsewhere" {
+			want = []string{first.TxID}
+		}
+		lr := m.pop(Lease{Queue: k[0], Partition: k[1], Scope: ScopeSpecific, Batch: 100})
+		if got := txids(lr); !slices.Equal(got, want) {
+			t.Fatalf("%s/%s delivered %v, want %v", k[0], k[1], got, want)
+		}
+		if p := m.partition(k[0], k[1]); p.Messages != uint64(len(want)) {
+			t.Fatalf("%s/%s holds %d messages, want %d", k[0], k[1], p.Messages, len(want))
+		}
 	}
 }

@@ -41,6 +41,11 @@ type partCache struct {
 	ring []string
 	next int
 	max  int
+	// noted is how many records the last committed transaction noted: the
+	// next one's overlay is made that size, since over many partitions a
+	// transaction notes hundreds and a map grown from empty rehashed its
+	// way there (2 % of a 10,000-partition produce run's server CPU).
+	noted int
 }
 
 func newPartCache(max int) *partCache {
@@ -86,6 +91,10 @@ type partNote struct {
 // commit applies a committed transaction's notes: a record it stored
 // replaces the cached one, a key it deleted or rolled back is forgotten.
 func (c *partCache) commit(notes []*partNote) {
+	if c == nil {
+		return // a store without a cache notes nothing
+	}
+	c.noted = len(notes)
 	for _, n := range notes {
 		switch {
 		case !n.known:
@@ -132,7 +141,9 @@ func (t *Tx) note(key []byte) *partNote {
 		return n
 	}
 	if t.parts == nil {
-		t.parts = make(map[string]*partNote)
+		hint := t.store.parts.noted
+		t.parts = make(map[string]*partNote, hint)
+		t.notes = make([]*partNote, 0, hint)
 	}
 	n := &partNote{key: string(key)} // one copy for the map and the note
 	n.slot = t.store.parts.m[n.key]
