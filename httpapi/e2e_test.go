@@ -988,7 +988,7 @@ func TestHTTPEncryption(t *testing.T) {
 	if fileContains(t, filepath.Join(s.Dir, "state"), []byte(marker)) {
 		t.Errorf("the state files hold the plaintext of an encrypted queue's message")
 	}
-	if fileContains(t, filepath.Join(s.Dir, "raft", "raft.db"), []byte(marker)) {
+	if fileContains(t, filepath.Join(s.Dir, "raft", "log.db"), []byte(marker)) {
 		t.Errorf("the Raft log holds the plaintext of an encrypted queue's message")
 	}
 	// A queue without encryption stores plaintext (the check above is meaningful).
@@ -1049,7 +1049,7 @@ func TestHTTPEncryptionSealedWhenElectedMidRequest(t *testing.T) {
 	if pr.Status != http.StatusOK || strings.Count(string(pr.Raw), marker) != 2 {
 		t.Fatalf("pop %d %s: want both messages, decrypted", pr.Status, pr.Raw)
 	}
-	if fileContains(t, filepath.Join(s.Dir, "raft", "raft.db"), []byte(marker)) {
+	if fileContains(t, filepath.Join(s.Dir, "raft", "log.db"), []byte(marker)) {
 		t.Errorf("the Raft log holds the plaintext of an encrypted queue's message")
 	}
 	if fileContains(t, filepath.Join(s.Dir, "state"), []byte(marker)) {

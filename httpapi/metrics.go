@@ -236,7 +236,7 @@ func newClusterCollector(s *Server) *clusterCollector {
 		firstIndex: prometheus.NewDesc("crown_raft_first_index", "Oldest Raft index this node's log still holds; older entries are in its snapshot.", nil, nil),
 		trailingLogs: prometheus.NewDesc("crown_raft_trailing_logs",
 			"Log entries the next snapshot leaves behind: --raft-trailing-logs, fewer when the newest exceed --raft-trailing-log-bytes.", nil, nil),
-		logFileBytes: prometheus.NewDesc("crown_raft_log_file_bytes", "Size of this node's Raft log file (raft.db) on disk.", nil, nil),
+		logFileBytes: prometheus.NewDesc("crown_raft_log_file_bytes", "Size of this node's Raft log file (raft/log.db) on disk.", nil, nil),
 		entries: prometheus.NewDesc("crown_commit_entries_total",
 			"Raft log entries this node proposed as leader (group commit: many requests per entry).", nil, nil),
 		commands: prometheus.NewDesc("crown_commit_commands_total",

@@ -323,7 +323,7 @@ func TestHTTPStreamsCycleSealsEncryptedSink(t *testing.T) {
 	if out := s.popOne("/api/v1/pop/queue/secret"); asObj(t, out["data"])["card"] != marker {
 		t.Errorf("sink message %v", out)
 	}
-	if fileContains(t, filepath.Join(s.Dir, "raft", "raft.db"), []byte(marker)) {
+	if fileContains(t, filepath.Join(s.Dir, "raft", "log.db"), []byte(marker)) {
 		t.Errorf("the Raft log holds the plaintext of a cycle's push to an encrypted queue")
 	}
 	if fileContains(t, filepath.Join(s.Dir, "state"), []byte(marker)) {

@@ -116,11 +116,12 @@ type Node struct {
 	fsm       *fsm.FSM
 	counted   *logBytesFSM // fsm as Raft sees it
 	transport *raft.NetworkTransport
-	guard     *voteGuard // in front of transport while on probation (probation.go); nil otherwise
-	logStore  *raftboltdb.BoltStore
-	appendLog *leaderAppendStore // in front of logStore: the leader's writes overlap replication
-	logPath   string             // logStore's file
-	logs      raft.LogStore      // the log as Raft reads it: its cache in front of logStore
+	guard     *voteGuard            // in front of transport while on probation (probation.go); nil otherwise
+	logStore  *raftboltdb.BoltStore // the file: Raft's stable store, and the log below pieces
+	pieces    *pieceLog             // the log in pieces (piecelog.go)
+	appendLog *leaderAppendStore    // in front of pieces: the leader's writes overlap replication
+	logPath   string                // logStore's file
+	logs      raft.LogStore         // the log as Raft reads it: its cache in front of appendLog
 	proposer  *Proposer
 
 	notifyCh chan bool
@@ -199,11 +200,11 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create raft directory: %w", err)
 	}
-	logPath := filepath.Join(dir, "raft.db")
-	store, err := openLogStore(logPath)
+	store, logPath, err := openLog(dir, log)
 	if err != nil {
 		return nil, err
 	}
+	pieces := newPieceLog(store)
 	cleanup := []func(){func() { store.Close() }}
 	fail := func(err error) (*Node, error) {
 		for i := len(cleanup) - 1; i >= 0; i-- {
@@ -217,7 +218,7 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	// The leader writes its own copy of an entry while replicating it
 	// (leaderappend.go); Raft is known once it runs.
 	var running atomic.Pointer[raft.Raft]
-	appendLog := newLeaderAppendStore(store,
+	appendLog := newLeaderAppendStore(pieces,
 		func() bool { r := running.Load(); return r != nil && r.State() == raft.Leader },
 		func(err error) {
 			log.Error("raft log write failed; stopping the node", "error", err)
@@ -246,7 +247,7 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	}
 	cleanup = append(cleanup, func() { trans.Close() })
 
-	n := &Node{cfg: cfg, log: log, fsm: f, counted: &logBytesFSM{FSM: f, sizes: newEntrySizes(cfg.TrailingLogs), durable: appendLog.waitDurable}, transport: trans, logStore: store, appendLog: appendLog, logPath: logPath, logs: logs,
+	n := &Node{cfg: cfg, log: log, fsm: f, counted: &logBytesFSM{FSM: f, sizes: newEntrySizes(cfg.TrailingLogs), durable: appendLog.waitDurable}, transport: trans, logStore: store, pieces: pieces, appendLog: appendLog, logPath: logPath, logs: logs,
 		notifyCh: make(chan bool, 16), obsCh: make(chan raft.Observation, 64), joinCh: make(chan leadershipJoin),
 		stopped: make(chan struct{})}
 	n.leaderView, n.endLeaderView = context.WithCancel(context.Background())
@@ -497,7 +498,7 @@ type LogStorage struct {
 // stats the file, so it is for scrapes, not for request paths.
 func (n *Node) LogStorage() LogStorage {
 	var ls LogStorage
-	ls.FirstIndex, _ = n.logStore.FirstIndex()
+	ls.FirstIndex, _ = n.pieces.FirstIndex()
 	ls.TrailingLogs = n.raft.ReloadableConfig().TrailingLogs
 	if fi, err := os.Stat(n.logPath); err == nil {
 		ls.FileBytes = uint64(fi.Size())

@@ -71,11 +71,11 @@ func TestSnapshotLeavesTrailingLogBoundedInBytes(t *testing.T) {
 	}
 	waitFor(t, "a snapshot", func() bool { return snapshotsOnDisk(t, dir) >= 1 })
 	waitFor(t, "the log compacted", func() bool {
-		first, err := n.node.logStore.FirstIndex()
+		first, err := n.node.pieces.FirstIndex()
 		return err == nil && first > 1
 	})
 	snapIdx := newestSnapshotIndex(t, dir)
-	first, err := n.node.logStore.FirstIndex()
+	first, err := n.node.pieces.FirstIndex()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestSnapshotLeavesTrailingLogBoundedInBytes(t *testing.T) {
 	var kept uint64
 	for i := first; i <= snapIdx; i++ {
 		var l raft.Log
-		if err := n.node.logStore.GetLog(i, &l); err != nil {
+		if err := n.node.pieces.GetLog(i, &l); err != nil {
 			t.Fatalf("log %d of %d..%d: %v", i, first, snapIdx, err)
 		}
 		kept += uint64(len(l.Data))
