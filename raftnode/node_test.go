@@ -305,24 +305,32 @@ func TestRestoresSnapshotWhenStateFileIsBehind(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, "state", "fsm.db")); err != nil {
 		t.Fatal(err)
 	}
-	n2 := startNode(t, cfg)
-	waitLeader(t, n2)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := n2.node.WaitApplied(ctx, last); err != nil {
-		t.Fatal(err)
-	}
-	_, got, err := n2.fsm.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got != want {
-		t.Fatalf("state rebuilt from snapshot and log differs: %s vs %s", got, want)
-	}
+	n2 := restartReplaying(t, cfg, last, want)
 	q, err := n2.fsm.QueueView("q", time.Now().UnixMicro(), false)
 	if err != nil || q == nil || q.Stats.Total != 25 {
 		t.Fatalf("restored queue %+v %v", q, err)
 	}
+}
+
+// restartReplaying starts a stopped single node again, waits until it has
+// applied index last and requires the state digest want.
+func restartReplaying(t *testing.T, cfg Config, last uint64, want string) *testNode {
+	t.Helper()
+	n := startNode(t, cfg)
+	waitLeader(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.node.WaitApplied(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	_, got, err := n.fsm.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Fatalf("state rebuilt on restart differs: %s vs %s", got, want)
+	}
+	return n
 }
 
 func TestProposeAfterShutdown(t *testing.T) {

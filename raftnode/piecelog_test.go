@@ -77,12 +77,7 @@ func TestPieceLogRoundTrip(t *testing.T) {
 			}
 			check := func(first, last uint64) {
 				t.Helper()
-				if f, err := p.FirstIndex(); err != nil || f != first {
-					t.Fatalf("first index %d, %v; want %d", f, err, first)
-				}
-				if l, err := p.LastIndex(); err != nil || l != last {
-					t.Fatalf("last index %d, %v; want %d", l, err, last)
-				}
+				checkExtent(t, p, first, last)
 				for _, w := range want {
 					var got raft.Log
 					err := p.GetLog(w.Index, &got)
@@ -129,12 +124,7 @@ func TestPieceLogRoundTrip(t *testing.T) {
 			if err := p.DeleteRange(13, last-2); err != nil {
 				t.Fatal(err)
 			}
-			if f, err := p.FirstIndex(); err != nil || f != 0 {
-				t.Fatalf("emptied log: first index %d, %v", f, err)
-			}
-			if l, err := p.LastIndex(); err != nil || l != 0 {
-				t.Fatalf("emptied log: last index %d, %v", l, err)
-			}
+			checkExtent(t, p, 0, 0) // emptied
 		})
 	}
 }
@@ -324,15 +314,20 @@ func writeLegacyLog(t *testing.T, path string, first, last uint64) []*raft.Log {
 	return logs[first-1:]
 }
 
-func checkMovedLog(t *testing.T, store *raftboltdb.BoltStore, want []*raft.Log, first, last uint64) {
+func checkExtent(t *testing.T, p *pieceLog, first, last uint64) {
 	t.Helper()
-	p := newPieceLog(store)
 	if f, err := p.FirstIndex(); err != nil || f != first {
 		t.Fatalf("first index %d, %v; want %d", f, err, first)
 	}
 	if l, err := p.LastIndex(); err != nil || l != last {
 		t.Fatalf("last index %d, %v; want %d", l, err, last)
 	}
+}
+
+func checkMovedLog(t *testing.T, store *raftboltdb.BoltStore, want []*raft.Log, first, last uint64) {
+	t.Helper()
+	p := newPieceLog(store)
+	checkExtent(t, p, first, last)
 	for _, w := range want {
 		var got raft.Log
 		if err := p.GetLog(w.Index, &got); err != nil {
@@ -414,20 +409,7 @@ func TestNodeStartsOnALegacyLog(t *testing.T) {
 		}
 	}
 
-	n2 := startNode(t, cfg)
-	waitLeader(t, n2)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := n2.node.WaitApplied(ctx, last); err != nil {
-		t.Fatal(err)
-	}
-	_, got, err := n2.fsm.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got != want {
-		t.Fatalf("state replayed from the moved log differs: %s vs %s", got, want)
-	}
+	n2 := restartReplaying(t, cfg, last, want)
 	if note, err := os.ReadFile(filepath.Join(raftDir, legacyLogFile)); err != nil || !bytes.Equal(note, legacyNote) {
 		t.Fatalf("raft.db after the start: %.40q, %v", note, err)
 	}
