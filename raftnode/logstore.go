@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -86,7 +87,7 @@ func legacyState(path string) (legacyLogState, error) {
 	}
 	defer f.Close()
 	head := make([]byte, len(legacyNote))
-	n, _ := f.Read(head)
+	n, _ := io.ReadFull(f, head) // a shorter file is no note
 	if bytes.Equal(head[:n], legacyNote) {
 		return legacyMoved, nil
 	}
