@@ -16,17 +16,17 @@ import (
 // key an entry every append rewrote the log's last leaf with the two to four
 // group commits already in it: a 160 KiB entry wrote about 1.3 MB. Cut into
 // pieces of 16 KiB, an append rewrites a few pieces of the entries before it
-// (BenchmarkLogStoreRound: 0.4 MB). Where the disk's bandwidth is the
+// (BenchmarkLogStoreRound: 0.36 MB). Where the disk's bandwidth is the
 // limit, which on cloud volumes it often is, those bytes were the commit's
 // latency: with each node's writes held to 50 MB/s the produce rate rose
-// by three fifths (docs/performance.md, lesson 44). Raft still sees one
+// by 44-56 % (docs/performance.md, lesson 44). Raft still sees one
 // entry a group commit: the pieces cost raft-boltdb an encode each and
 // nothing else.
 //
 // Layout: entry i's pieces are the keys pieceKey(i) to pieceKey(i)+n-1,
 // n ≤ pieceSlots, so entries keep Raft's order and an entry's pieces are
 // neighbours. The first piece carries the entry's term, type, extensions
-// and append time, and its data starts with a header (pieceHead); the
+// and append time, and its data starts with a header (appendPieceHead); the
 // others carry data only. Keys start at pieceBase, far above any index a
 // log of one key an entry used, so a key says which layout wrote it.
 //

@@ -44,7 +44,7 @@ type partCache struct {
 	// noted is how many records the last committed transaction noted: the
 	// next one's overlay is made that size, since over many partitions a
 	// transaction notes hundreds and a map grown from empty rehashed its
-	// way there (2 % of a 10,000-partition produce run's server CPU).
+	// way there (about 1 % of a 10,000-partition produce run's server CPU).
 	noted int
 }
 
