@@ -19,7 +19,7 @@ import (
 // (BenchmarkLogStoreRound: 0.36 MB). Where the disk's bandwidth is the
 // limit, which on cloud volumes it often is, those bytes were the commit's
 // latency: with each node's writes held to 50 MB/s the produce rate rose
-// by 44-56 % (docs/performance.md, lesson 44). Raft still sees one
+// from about 28,400 msg/s to 40,900-55,400 (docs/performance.md, lesson 44). Raft still sees one
 // entry a group commit: the pieces cost raft-boltdb an encode each and
 // nothing else.
 //

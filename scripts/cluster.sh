@@ -13,6 +13,7 @@ HTTP_BASE="${CROWN_CLUSTER_HTTP_BASE:-6632}"
 RAFT_BASE="${CROWN_CLUSTER_RAFT_BASE:-7632}"
 HOST=127.0.0.1
 WAIT="${CROWN_CLUSTER_WAIT:-30}"
+WRITE_BPS="${CROWN_CLUSTER_WRITE_BPS:-}"
 NODES=(node1 node2 node3)
 
 usage() {
@@ -51,6 +52,11 @@ Environment:
   CROWN_CLUSTER_HTTP_BASE  first HTTP port (default 6632)
   CROWN_CLUSTER_RAFT_BASE  first Raft port (default 7632)
   CROWN_CLUSTER_WAIT       seconds to wait for health on start (default 30)
+  CROWN_CLUSTER_WRITE_BPS  if set, hold each node's writes to the disk under the data
+                           directory to this many bytes a second, as a slower volume
+                           would (a cgroup per node: blkio throttle on cgroup v1, io.max
+                           on v2; needs root; what a node fsyncs is held back, the
+                           kernel's own writeback is not on v1)
   CROWN_LOG_LEVEL, ...     any other CROWN_* variable is passed to crownd as usual
 EOF
 }
@@ -131,6 +137,34 @@ healthy() {
 	"$CROWND" healthcheck --timeout 1s "$(http_url "$1")" >/dev/null 2>&1
 }
 
+# write_limit_cgroup I: a cgroup holding node I's writes to WRITE_BPS bytes a
+# second on the disk under CLUSTER_DIR; prints its directory.
+write_limit_cgroup() {
+	local i="$1" dev parent cg
+	[[ "$WRITE_BPS" =~ ^[1-9][0-9]*$ ]] || die "CROWN_CLUSTER_WRITE_BPS must be a positive number of bytes a second, not \"$WRITE_BPS\""
+	dev="$(findmnt -no MAJ:MIN -T "$CLUSTER_DIR" 2>/dev/null | head -n 1 | tr -d ' ')" ||
+		die "cannot find the device under $CLUSTER_DIR"
+	[[ -n "$dev" ]] || die "cannot find the device under $CLUSTER_DIR"
+	if [[ -e "/sys/dev/block/$dev/partition" ]]; then
+		# Throttles apply to whole disks: the partition's parent.
+		parent="$(dirname "$(realpath "/sys/dev/block/$dev")")"
+		dev="$(cat "$parent/dev")"
+	fi
+	if [[ -d /sys/fs/cgroup/blkio ]]; then
+		cg="/sys/fs/cgroup/blkio/crown-cluster-$((RAFT_BASE + i))"
+		mkdir -p -- "$cg" && echo "$dev $WRITE_BPS" >"$cg/blkio.throttle.write_bps_device" ||
+			die "cannot set a write limit in $cg (needs root)"
+	elif grep -qw io /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+		echo +io >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
+		cg="/sys/fs/cgroup/crown-cluster-$((RAFT_BASE + i))"
+		mkdir -p -- "$cg" && echo "$dev wbps=$WRITE_BPS" >"$cg/io.max" ||
+			die "cannot set a write limit in $cg (needs root and the io controller)"
+	else
+		die "CROWN_CLUSTER_WRITE_BPS needs cgroup v1's blkio or v2's io controller"
+	fi
+	echo "$cg"
+}
+
 need_binaries() {
 	[[ -x "$CROWND" ]] || die "$CROWND not found: run make build first"
 }
@@ -144,10 +178,15 @@ start_node() {
 	dir="$(node_dir "$i")"
 	log="$(log_file "$i")"
 	mkdir -p -- "$dir"
+	local procs=/dev/null
+	if [[ -n "$WRITE_BPS" ]]; then
+		procs="$(write_limit_cgroup "$i")/cgroup.procs" || return 1
+	fi
 	# setsid detaches the node from this terminal; `exec` keeps the pid that
-	# the inner shell wrote to the pid file.
+	# the inner shell wrote to the pid file, and the cgroup it joined.
 	# shellcheck disable=SC2016 # $$ and $@ are the inner shell's
-	CROWN_JOIN='' setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$(pid_file "$i")" \
+	CROWN_JOIN='' setsid bash -c 'echo $$ >"$1"; echo $$ >"$2"; shift 2; exec "$@"' _ \
+		"$(pid_file "$i")" "$procs" \
 		"$CROWND" --node-id "${NODES[$i]}" --data-dir "$dir" \
 		--http-addr "$HOST:$((HTTP_BASE + i))" --http-advertise "$(http_url "$i")" \
 		--raft-addr "$(raft_addr "$i")" --peers "$(peers)" --log-format text \
@@ -302,7 +341,12 @@ main() {
 		cmd_status
 		;;
 	clean)
-		for i in 0 1 2; do stop_node "$i"; done
+		for i in 0 1 2; do
+			stop_node "$i"
+			# A write limit's cgroup, empty once its node stopped.
+			rmdir "/sys/fs/cgroup/blkio/crown-cluster-$((RAFT_BASE + i))" \
+				"/sys/fs/cgroup/crown-cluster-$((RAFT_BASE + i))" 2>/dev/null || true
+		done
 		rm -rf -- "$CLUSTER_DIR"
 		echo "removed $CLUSTER_DIR"
 		;;
