@@ -183,9 +183,11 @@ start_node() {
 		procs="$(write_limit_cgroup "$i")/cgroup.procs" || return 1
 	fi
 	# setsid detaches the node from this terminal; `exec` keeps the pid that
-	# the inner shell wrote to the pid file, and the cgroup it joined.
+	# the inner shell wrote to the pid file, and the cgroup it joined (a node
+	# that cannot join its limit's cgroup does not start, rather than run
+	# unlimited).
 	# shellcheck disable=SC2016 # $$ and $@ are the inner shell's
-	CROWN_JOIN='' setsid bash -c 'echo $$ >"$1"; echo $$ >"$2"; shift 2; exec "$@"' _ \
+	CROWN_JOIN='' setsid bash -c 'echo $$ >"$1"; echo $$ >"$2" || exit 1; shift 2; exec "$@"' _ \
 		"$(pid_file "$i")" "$procs" \
 		"$CROWND" --node-id "${NODES[$i]}" --data-dir "$dir" \
 		--http-addr "$HOST:$((HTTP_BASE + i))" --http-advertise "$(http_url "$i")" \
