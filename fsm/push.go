@@ -135,16 +135,15 @@ func (a *applier) pushWith(items []PushItem, principal string, gates int) ([]Pus
 		}
 		if ti < 0 {
 			ti = len(targets)
-			switch {
-			case index == nil && len(keys) < len(few):
-				keys = append(keys, k)
-			case index == nil:
+			if index == nil && len(keys) == len(few) {
 				index = make(map[partKey]int, len(keys)+len(items)-i)
 				for j, kj := range keys {
 					index[kj] = j
 				}
-				fallthrough
-			default:
+			}
+			if index == nil {
+				keys = append(keys, k)
+			} else {
 				index[k] = ti
 			}
 			targets = append(targets, pushTarget{queue: q, part: a.partitionForPush(q, it.Partition)})

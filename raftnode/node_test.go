@@ -289,19 +289,7 @@ func TestRestoresSnapshotWhenStateFileIsBehind(t *testing.T) {
 	cfg := fastConfig("n1", addr, dir, nil)
 	n := startNode(t, cfg)
 	snapshotAfterPushes(t, n, 20)
-	var last uint64
-	for i := 0; i < 5; i++ {
-		_, idx, err := n.node.Propose(context.Background(), push("q", fmt.Sprintf("b%d", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = idx
-	}
-	_, want, err := n.fsm.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.stop()
+	last, want := proposeThenStop(t, n, 5, func(i int) *fsm.Push { return push("q", fmt.Sprintf("b%d", i)) })
 	if err := os.Remove(filepath.Join(dir, "state", "fsm.db")); err != nil {
 		t.Fatal(err)
 	}
@@ -310,6 +298,26 @@ func TestRestoresSnapshotWhenStateFileIsBehind(t *testing.T) {
 	if err != nil || q == nil || q.Stats.Total != 25 {
 		t.Fatalf("restored queue %+v %v", q, err)
 	}
+}
+
+// proposeThenStop proposes count commands, then stops the node and
+// returns the index of the last one and the state digest it left.
+func proposeThenStop(t *testing.T, n *testNode, count int, cmd func(i int) *fsm.Push) (uint64, string) {
+	t.Helper()
+	var last uint64
+	for i := 0; i < count; i++ {
+		_, idx, err := n.node.Propose(context.Background(), cmd(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = idx
+	}
+	_, digest, err := n.fsm.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.stop()
+	return last, digest
 }
 
 // restartReplaying starts a stopped single node again, waits until it has

@@ -20,8 +20,8 @@ import (
 // limit, which on cloud volumes it often is, those bytes were the commit's
 // latency: with each node's writes held to 50 MB/s the produce rate rose
 // from about 28,400 msg/s to 40,900-55,400 (docs/performance.md, lesson 44). Raft still sees one
-// entry a group commit: the pieces cost raft-boltdb an encode each and
-// nothing else.
+// entry a group commit: the pieces cost raft-boltdb an encode each, and
+// the first piece a copy (its header goes before the data).
 //
 // Layout: entry i's pieces are the keys pieceKey(i) to pieceKey(i)+n-1,
 // n ≤ pieceSlots, so entries keep Raft's order and an entry's pieces are
@@ -86,11 +86,11 @@ func parsePieceHead(b []byte) (pieces int, total uint64, rest []byte, err error)
 		return 0, 0, nil, fmt.Errorf("%w: piece count", errPieces)
 	}
 	total, m := binary.Uvarint(b[1+k:])
-	rest = b[1+k+max(m, 0):]
-	switch {
-	case m <= 0:
+	if m <= 0 {
 		return 0, 0, nil, fmt.Errorf("%w: data length", errPieces)
-	case uint64(len(rest)) > total, n == 1 && uint64(len(rest)) != total:
+	}
+	rest = b[1+k+m:]
+	if uint64(len(rest)) > total || (n == 1 && uint64(len(rest)) != total) {
 		return 0, 0, nil, fmt.Errorf("%w: first piece holds %d bytes of %d", errPieces, len(rest), total)
 	}
 	return int(n), total, rest, nil

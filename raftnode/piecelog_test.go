@@ -351,23 +351,12 @@ func TestNodeStartsOnALegacyLog(t *testing.T) {
 	cfg := fastConfig("n1", freeAddr(t), dir, nil)
 	n := startNode(t, cfg)
 	waitLeader(t, n)
-	var last uint64
-	for i := 0; i < 30; i++ {
-		// Payloads from a few bytes to 100 KiB: entries of one and of
-		// several pieces.
-		p := &fsm.Push{Items: []fsm.PushItem{{Queue: "q", Partition: "p", TxID: fmt.Sprintf("t%d", i),
+	// Payloads from a few bytes to 100 KiB: entries of one and of several
+	// pieces.
+	last, want := proposeThenStop(t, n, 30, func(i int) *fsm.Push {
+		return &fsm.Push{Items: []fsm.PushItem{{Queue: "q", Partition: "p", TxID: fmt.Sprintf("t%d", i),
 			Payload: []byte(fmt.Sprintf("%q", strings.Repeat("x", i*i*110)))}}}
-		_, idx, err := n.node.Propose(context.Background(), p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = idx
-	}
-	_, want, err := n.fsm.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.stop()
+	})
 
 	// Rewrite the log as an earlier build kept it, and drop the state
 	// machine's file so that the restart replays the whole log.
