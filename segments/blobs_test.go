@@ -52,7 +52,13 @@ func checkAccounting(t *testing.T, s *Store) {
 		}
 		c := tx.bucket(bSegments).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
-			count(v)
+			refs, err := entryRefs(u64(k), u64(k[8:]), v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < len(refs); i += recentEntry {
+				count(refs[i+8 : i+recentEntry])
+			}
 		}
 		pc := tx.bucket(bParts).Cursor()
 		for k, v := pc.First(); k != nil; k, v = pc.Next() {

@@ -37,8 +37,16 @@ func (t *Tx) SegmentsReverseFrom(p *Partition, maxFirst uint64, fn func(SegmentI
 		k, v = c.Prev()
 	}
 	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Prev() {
-		if more, err := visit(u64(k[8:]), v); err != nil || !more {
+		refs, err := entryRefs(p.ID, u64(k[8:]), v)
+		if err != nil {
 			return err
+		}
+		for i := len(refs) - recentEntry; i >= 0; i -= recentEntry {
+			if first := u64(refs[i:]); first <= maxFirst {
+				if more, err := visit(first, refs[i+8:i+recentEntry]); err != nil || !more {
+					return err
+				}
+			}
 		}
 	}
 	return nil
@@ -97,9 +105,9 @@ func (t *Tx) LastSegmentBefore(p *Partition, maxOff uint64, before int64) (Segme
 // segment's end, so no other blob is read. Payloads and strings alias a
 // buffer of the read's own (see Scan).
 func (t *Tx) ReadSegment(p *Partition, first uint64, fn func(*StoredMessage) (bool, error)) error {
-	v := t.segmentRef(p, first)
+	v, err := t.segmentRef(p, first)
 	if v == nil {
-		return nil
+		return err
 	}
 	_, blob, err := t.segmentBlob(v)
 	if err != nil {

@@ -46,9 +46,9 @@ func (t *Tx) TruncateSegment(p *Partition, first uint64, keep uint64) (uint64, e
 	if keep == 0 {
 		return t.DeleteSegment(p, first)
 	}
-	v := t.segmentRef(p, first)
+	v, err := t.segmentRef(p, first)
 	if v == nil {
-		return 0, nil
+		return 0, err
 	}
 	old, hdr, msgs, err := t.segmentMessages(p, first, v)
 	if err != nil {
@@ -109,7 +109,11 @@ func (t *Tx) DeleteMessage(p *Partition, off uint64) (bool, error) {
 		_, err := t.DeleteSegment(p, first)
 		return err == nil, err
 	}
-	old, hdr, msgs, err := t.segmentMessages(p, first, t.segmentRef(p, first))
+	v, err := t.segmentRef(p, first)
+	if err != nil {
+		return false, err
+	}
+	old, hdr, msgs, err := t.segmentMessages(p, first, v)
 	if err != nil {
 		return false, err
 	}

@@ -125,9 +125,9 @@ func (t *Tx) forgetTxIDs(keys [][]byte) (int, bool, error) {
 // (the id's newest occurrence), in offset order: what a deletion of the
 // segment takes out of deduplication.
 func (t *Tx) IndexedTxIDs(p *Partition, first uint64, fn func(txid string, ref TxRef) error) error {
-	v := t.segmentRef(p, first)
+	v, err := t.segmentRef(p, first)
 	if v == nil {
-		return nil
+		return err
 	}
 	ref, err := decodeRef(v)
 	if err != nil {

@@ -19,7 +19,7 @@ var (
 	bucketParts      = []byte("partitions") // qid(8) name -> Partition
 	bucketPartIDs    = []byte("part_ids")   // pid(8) -> qid(8) name
 	bucketPartUUIDs  = []byte("part_uuids") // uuid(16) -> pid(8)
-	bucketSegments   = []byte("segments")   // pid(8) firstOffset(8) -> blobRef of the segment blob
+	bucketSegments   = []byte("segments")   // pid(8) firstOffset(8) -> a block of references from that segment on, or one blobRef (refblock.go)
 	bucketGroups     = []byte("groups")     // pid(8) group -> Group
 	bucketQueueGroup = []byte("qgroups")    // qid(8) group -> QueueGroup
 	bucketTxIDs      = []byte("txindex")    // qid(8) txid pid(8) len(2) -> offset(8) of the newest occurrence (txids.go)
@@ -82,7 +82,7 @@ var (
 	metaSchema    = []byte("schema")     // layout version
 	metaCounters  = []byte("counters")   // lifetime counters, u64 each
 	metaEventSeq  = []byte("qevent_seq") // last queue-event number
-	schemaVersion = uint64(6)            // 2: segment blobs in files beside the database; 3: txid index keyed by queue, values the offset alone; 4: partition records hold their newest segment references; 5: packed; 6: IDsIndexedFrom
+	schemaVersion = uint64(7)            // 2: segment blobs in files beside the database; 3: txid index keyed by queue, values the offset alone; 4: partition records hold their newest segment references; 5: packed; 6: IDsIndexedFrom; 7: blocks of references in the segments bucket
 )
 
 // nameKey keys a row by a name that may be empty (bbolt refuses empty keys;

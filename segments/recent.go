@@ -78,11 +78,20 @@ func checkRecent(pid uint64, b []byte) error {
 	if len(b)%recentEntry != 0 || len(b)/recentEntry > recentMax {
 		return fmt.Errorf("partition %d record holds %d bytes of segment references: %w", pid, len(b), ErrCorrupt)
 	}
+	return checkRefs(pid, b)
+}
+
+// checkRefs validates references in the in-memory form: each decodes, and
+// their first offsets increase from 1.
+func checkRefs(pid uint64, b []byte) error {
+	if len(b)%recentEntry != 0 {
+		return fmt.Errorf("partition %d: %d bytes of segment references: %w", pid, len(b), ErrCorrupt)
+	}
 	var prev uint64
 	for i := 0; i < len(b); i += recentEntry {
 		first := u64(b[i:])
 		if first <= prev {
-			return fmt.Errorf("partition %d record holds segment %d after %d: %w", pid, first, prev, ErrCorrupt)
+			return fmt.Errorf("partition %d holds segment %d after %d: %w", pid, first, prev, ErrCorrupt)
 		}
 		if _, err := decodeRef(b[i+8 : i+recentEntry]); err != nil {
 			return fmt.Errorf("partition %d segment %d: %w", pid, first, err)
@@ -111,13 +120,13 @@ func (t *Tx) addSegmentRef(p *Partition, first uint64, ref []byte) error {
 func (t *Tx) insertSegmentRef(p *Partition, first uint64, ref []byte) error {
 	n := p.recentCount()
 	if n == 0 || first < u64(p.recent) {
-		return t.put(bSegments, key88(p.ID, first), ref)
+		return t.insertBucketRef(p.ID, first, ref)
 	}
 	if n >= recentMax {
 		if err := t.flushRecent(p); err != nil {
 			return err
 		}
-		return t.put(bSegments, key88(p.ID, first), ref)
+		return t.insertBucketRef(p.ID, first, ref)
 	}
 	i := 0
 	for ; i < n; i++ {
@@ -133,14 +142,14 @@ func (t *Tx) insertSegmentRef(p *Partition, first uint64, ref []byte) error {
 	return nil
 }
 
-// flushRecent moves the references p's record holds to the segments bucket
-// (the caller stores p).
+// flushRecent moves the references p's record holds to the segments
+// bucket, as one block (refblock.go; the caller stores p).
 func (t *Tx) flushRecent(p *Partition) error {
-	for i := range p.recentCount() {
-		f, v := p.recentAt(i)
-		if err := t.put(bSegments, key88(p.ID, f), v); err != nil {
-			return err
-		}
+	if len(p.recent) == 0 {
+		return nil
+	}
+	if err := t.put(bSegments, key88(p.ID, u64(p.recent)), packBlock(p.recent)); err != nil {
+		return err
 	}
 	p.recent = nil
 	return nil
@@ -148,12 +157,12 @@ func (t *Tx) flushRecent(p *Partition) error {
 
 // segmentRef is the stored reference of p's segment starting at first, or
 // nil when there is none.
-func (t *Tx) segmentRef(p *Partition, first uint64) []byte {
+func (t *Tx) segmentRef(p *Partition, first uint64) ([]byte, error) {
 	if i := p.recentIndex(first); i >= 0 {
 		_, v := p.recentAt(i)
-		return v
+		return v, nil
 	}
-	return t.get(bSegments, key88(p.ID, first))
+	return t.bucketRef(p.ID, first)
 }
 
 // replaceSegmentRef points p's existing segment starting at first at another
@@ -163,17 +172,22 @@ func (t *Tx) replaceSegmentRef(p *Partition, first uint64, ref []byte) error {
 		p.recentReplace(i, ref)
 		return nil
 	}
-	return t.put(bSegments, key88(p.ID, first), ref)
+	found, err := t.editBucketRef(p.ID, first, ref)
+	if err == nil && !found {
+		err = fmt.Errorf("partition %d has no segment %d to point at another blob: %w", p.ID, first, ErrCorrupt)
+	}
+	return err
 }
 
-// deleteSegmentRef removes the reference of p's segment starting at first
-// (the caller stores p).
+// deleteSegmentRef removes the reference of p's segment starting at first,
+// if one is stored (the caller stores p).
 func (t *Tx) deleteSegmentRef(p *Partition, first uint64) error {
 	if i := p.recentIndex(first); i >= 0 {
 		p.recentDrop(i)
 		return nil
 	}
-	return t.del(bSegments, key88(p.ID, first))
+	_, err := t.editBucketRef(p.ID, first, nil)
+	return err
 }
 
 // walkSegments calls fn with each segment of the partition that holds an
@@ -222,8 +236,14 @@ func (t *Tx) walkBucketSegments(pid, from uint64, fn func(first uint64, ref blob
 		}
 	}
 	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-		if more, err := visitSegment(pid, u64(k[8:]), from, v, fn); err != nil || !more {
+		refs, err := entryRefs(pid, u64(k[8:]), v)
+		if err != nil {
 			return false, err
+		}
+		for i := 0; i < len(refs); i += recentEntry {
+			if more, err := visitSegment(pid, u64(refs[i:]), from, refs[i+8:i+recentEntry], fn); err != nil || !more {
+				return false, err
+			}
 		}
 	}
 	return true, nil
@@ -245,8 +265,14 @@ func (t *Tx) walkSegmentsReverse(p *Partition, fn func(first uint64, v []byte) (
 		k, v = c.Prev()
 	}
 	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Prev() {
-		if more, err := fn(u64(k[8:]), v); err != nil || !more {
+		refs, err := entryRefs(p.ID, u64(k[8:]), v)
+		if err != nil {
 			return err
+		}
+		for i := len(refs) - recentEntry; i >= 0; i -= recentEntry {
+			if more, err := fn(u64(refs[i:]), refs[i+8:i+recentEntry]); err != nil || !more {
+				return err
+			}
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package segments
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 )
 
@@ -41,10 +42,17 @@ func (p *Partition) packSection(b []byte) []byte {
 // memory, and the record about a third of the leaf space, so a transaction
 // over many partitions dirties fewer leaves.
 func (p *Partition) packRefs(b []byte) []byte {
-	prevFirst, prevFile, prevAt := p.NextOffset, uint64(0), p.LastCreatedAt
-	for i := range p.recentCount() {
-		first, enc := p.recentAt(i)
-		r := refFields(enc) // checked when the record was read or the reference made
+	return packRefList(b, p.recent, p.NextOffset, p.LastCreatedAt)
+}
+
+// packRefList appends refs (in the record's in-memory form, recentEntry
+// bytes each) packed as packRefs describes, the first reference's offset
+// and time as differences from baseFirst and baseAt.
+func packRefList(b, refs []byte, baseFirst uint64, baseAt int64) []byte {
+	prevFirst, prevFile, prevAt := baseFirst, uint64(0), baseAt
+	for i := 0; i < len(refs); i += recentEntry {
+		first := u64(refs[i:])
+		r := refFields(refs[i+8 : i+recentEntry]) // checked when the record was read or the reference made
 		b = binary.AppendVarint(b, int64(first-prevFirst))
 		b = binary.AppendVarint(b, int64(r.File-prevFile))
 		b = binary.AppendUvarint(b, uint64(r.Pos))
@@ -90,7 +98,18 @@ func (p *Partition) unpackRecent(b []byte) error {
 
 // unpackRefs decodes packed references (packRefs) into p.recent.
 func (p *Partition) unpackRefs(b []byte) error {
-	bad := p.corruptSection
+	out, err := unpackRefList(b, p.NextOffset, p.LastCreatedAt, recentMax)
+	if err != nil {
+		return p.corruptSection(err.Error())
+	}
+	p.recent = out
+	return nil
+}
+
+// unpackRefList decodes references packed by packRefList with the same
+// bases into the in-memory form, refusing more than limit of them. The
+// caller checks their order and the references themselves.
+func unpackRefList(b []byte, baseFirst uint64, baseAt int64, limit int) ([]byte, error) {
 	signed := func() (int64, bool) {
 		v, n := binary.Varint(b)
 		b = b[max(n, 0):]
@@ -101,11 +120,12 @@ func (p *Partition) unpackRefs(b []byte) error {
 		b = b[max(n, 0):]
 		return v, n > 0 && v <= limit
 	}
-	out := make([]byte, 0, recentMax*recentEntry)
-	prevFirst, prevFile, prevAt := p.NextOffset, uint64(0), p.LastCreatedAt
+	// About 11 bytes a packed reference: sized once for what b can hold.
+	out := make([]byte, 0, min(limit, len(b)/6+1)*recentEntry)
+	prevFirst, prevFile, prevAt := baseFirst, uint64(0), baseAt
 	for len(b) > 0 {
-		if len(out) == recentMax*recentEntry {
-			return bad(fmt.Sprintf("more than the %d a record holds", recentMax))
+		if len(out) == limit*recentEntry {
+			return nil, fmt.Errorf("more than the %d references it may hold", limit)
 		}
 		dFirst, ok1 := signed()
 		dFile, ok2 := signed()
@@ -114,13 +134,12 @@ func (p *Partition) unpackRefs(b []byte) error {
 		dAt, ok5 := signed()
 		count, ok6 := unsigned(1<<32 - 1)
 		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
-			return bad("a packed reference's varint cut short or out of its field's range")
+			return nil, errors.New("a packed reference's varint cut short or out of its field's range")
 		}
 		first, file, at := prevFirst+uint64(dFirst), prevFile+uint64(dFile), prevAt+dAt
 		out = binary.BigEndian.AppendUint64(out, first)
 		out = blobRef{File: file, Pos: int64(pos), Len: uint32(ln), CreatedAt: at, Count: uint32(count)}.appendTo(out)
 		prevFirst, prevFile, prevAt = first, file, at
 	}
-	p.recent = out
-	return nil
+	return out, nil
 }

@@ -99,11 +99,14 @@ func openWithMigrationBatch(path string, o StoreOptions, batch int) (*Store, err
 		} else if len(v) == 8 && u64(v) >= 3 && u64(v) < schemaVersion {
 			// Schema 3 is schema 4 with no reference in any partition
 			// record, schema 4 is schema 5 with every record's references
-			// unpacked, and schema 5 is schema 6 without IDsIndexedFrom in
-			// the records; this build reads all three and writes a record
-			// as schema 6 when it next writes it (recentpack.go, idmark.go).
-			// Recording 6 keeps older builds, which would misread such a
-			// record, from opening the file.
+			// unpacked, schema 5 is schema 6 without IDsIndexedFrom in
+			// the records, and schema 6 is schema 7 with every reference
+			// in the segments bucket a single one; this build reads all
+			// four and writes a record as schema 7 when it next writes it
+			// (recentpack.go, idmark.go), and references moved to the
+			// bucket as blocks (refblock.go). Recording 7 keeps older
+			// builds, which would misread such a record or block, from
+			// opening the file.
 			if err := meta.Put(metaSchema, be64(schemaVersion)); err != nil {
 				return err
 			}
@@ -473,6 +476,24 @@ func (t *Tx) digestSegments(write func([]byte)) error {
 		write(blob)
 		return nil
 	}
+	// A bucket entry, a block or a single reference, is hashed as the
+	// segments it holds (refblock.go), each under its own key.
+	emitEntry := func(k, v []byte) error {
+		if len(k) != 16 {
+			return fmt.Errorf("segment key %x: %w", k, ErrCorrupt)
+		}
+		pid := u64(k)
+		refs, err := entryRefs(pid, u64(k[8:]), v)
+		if err != nil {
+			return err
+		}
+		for i := 0; i < len(refs); i += recentEntry {
+			if err := emit(key88(pid, u64(refs[i:])), refs[i+8:i+recentEntry]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	// A merge by partition number: the bucket's references of a partition
 	// are older than those in its record.
 	sc := t.bucket(bSegments).Cursor()
@@ -481,7 +502,7 @@ func (t *Tx) digestSegments(write func([]byte)) error {
 	for pk, pv := pc.First(); pk != nil; pk, pv = pc.Next() {
 		pid := u64(pk)
 		for ; k != nil && (len(k) < 8 || u64(k) <= pid); k, v = sc.Next() {
-			if err := emit(k, v); err != nil {
+			if err := emitEntry(k, v); err != nil {
 				return err
 			}
 		}
@@ -497,7 +518,7 @@ func (t *Tx) digestSegments(write func([]byte)) error {
 		}
 	}
 	for ; k != nil; k, v = sc.Next() {
-		if err := emit(k, v); err != nil {
+		if err := emitEntry(k, v); err != nil {
 			return err
 		}
 	}
@@ -1188,9 +1209,9 @@ func (r blobRef) info(first uint64) SegmentInfo {
 // entries (only those still pointing into it), updating p (the caller stores
 // p). It returns the number of messages removed.
 func (t *Tx) DeleteSegment(p *Partition, first uint64) (uint64, error) {
-	v := t.segmentRef(p, first)
+	v, err := t.segmentRef(p, first)
 	if v == nil {
-		return 0, nil
+		return 0, err
 	}
 	ref, blob, err := t.segmentBlob(v)
 	if err != nil {
