@@ -117,16 +117,23 @@ func (t *Tx) putEntry(pid, key uint64, refs []byte) error {
 	return t.put(bSegments, key88(pid, u64(refs)), packBlock(refs))
 }
 
+// locate is the bucket entry that would hold pid's segment starting at
+// first (entryAt) and the position of that segment's reference in it, -1
+// when the bucket holds none.
+func (t *Tx) locate(pid, first uint64) (key uint64, refs []byte, i int, err error) {
+	key, refs, ok, err := t.entryAt(pid, first)
+	if !ok {
+		return 0, nil, -1, err
+	}
+	return key, refs, refIndex(refs, first), nil
+}
+
 // bucketRef is the stored reference of pid's segment starting at first in
 // the bucket, or nil.
 func (t *Tx) bucketRef(pid, first uint64) ([]byte, error) {
-	_, refs, ok, err := t.entryAt(pid, first)
-	if !ok {
-		return nil, err
-	}
-	i := refIndex(refs, first)
+	_, refs, i, err := t.locate(pid, first)
 	if i < 0 {
-		return nil, nil
+		return nil, err
 	}
 	return refs[i*recentEntry+8 : (i+1)*recentEntry], nil
 }
@@ -135,13 +142,9 @@ func (t *Tx) bucketRef(pid, first uint64) ([]byte, error) {
 // segment starting at first in the bucket. It reports whether the bucket
 // held one.
 func (t *Tx) editBucketRef(pid, first uint64, ref []byte) (bool, error) {
-	key, refs, ok, err := t.entryAt(pid, first)
-	if !ok {
-		return false, err
-	}
-	i := refIndex(refs, first)
+	key, refs, i, err := t.locate(pid, first)
 	if i < 0 {
-		return false, nil
+		return false, err
 	}
 	e := refs[i*recentEntry : (i+1)*recentEntry]
 	if ref != nil {
