@@ -33,9 +33,10 @@ const (
 	// refVersion.
 	blockMarker = 0xB7
 	// blockMax is the most references a block holds. Moves make blocks of
-	// recentMax; an insertion (DeleteMessage's cut) into a full block
-	// splits it, so a partition whose messages are deleted one by one from
-	// the middle of its segments never rewrites a value larger than this.
+	// recentMax; an insertion (the tail of DeleteMessage's cut) that would
+	// take a block past blockMax splits it in two, so a partition whose
+	// messages are deleted one by one from the middle of its segments never
+	// rewrites a value larger than this.
 	blockMax = 2 * recentMax
 )
 
