@@ -236,14 +236,14 @@ func (t *Tx) walkBucketSegments(pid, from uint64, fn func(first uint64, ref blob
 		}
 	}
 	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-		refs, err := entryRefs(pid, u64(k[8:]), v)
-		if err != nil {
-			return false, err
-		}
-		for i := 0; i < len(refs); i += recentEntry {
-			if more, err := visitSegment(pid, u64(refs[i:]), from, refs[i+8:i+recentEntry], fn); err != nil || !more {
-				return false, err
+		more, err := eachRef(pid, u64(k[8:]), v, func(first uint64, ref blobRef) (bool, error) {
+			if first+uint64(ref.Count) <= from {
+				return true, nil
 			}
+			return fn(first, ref)
+		})
+		if err != nil || !more {
+			return false, err
 		}
 	}
 	return true, nil

@@ -110,36 +110,55 @@ func (p *Partition) unpackRefs(b []byte) error {
 // bases into the in-memory form, refusing more than limit of them. The
 // caller checks their order and the references themselves.
 func unpackRefList(b []byte, baseFirst uint64, baseAt int64, limit int) ([]byte, error) {
-	signed := func() (int64, bool) {
-		v, n := binary.Varint(b)
-		b = b[max(n, 0):]
-		return v, n > 0
-	}
-	unsigned := func(limit uint64) (uint64, bool) {
-		v, n := binary.Uvarint(b)
-		b = b[max(n, 0):]
-		return v, n > 0 && v <= limit
-	}
 	// About 11 bytes a packed reference: sized once for what b can hold.
 	out := make([]byte, 0, min(limit, len(b)/6+1)*recentEntry)
-	prevFirst, prevFile, prevAt := baseFirst, uint64(0), baseAt
-	for len(b) > 0 {
+	r := refReader{b: b, first: baseFirst, at: baseAt}
+	for {
+		first, ref, ok, err := r.next()
+		if err != nil || !ok {
+			return out, err
+		}
 		if len(out) == limit*recentEntry {
 			return nil, fmt.Errorf("more than the %d references it may hold", limit)
 		}
-		dFirst, ok1 := signed()
-		dFile, ok2 := signed()
-		pos, ok3 := unsigned(1<<63 - 1)
-		ln, ok4 := unsigned(1<<32 - 1)
-		dAt, ok5 := signed()
-		count, ok6 := unsigned(1<<32 - 1)
-		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
-			return nil, errors.New("a packed reference's varint cut short or out of its field's range")
-		}
-		first, file, at := prevFirst+uint64(dFirst), prevFile+uint64(dFile), prevAt+dAt
 		out = binary.BigEndian.AppendUint64(out, first)
-		out = blobRef{File: file, Pos: int64(pos), Len: uint32(ln), CreatedAt: at, Count: uint32(count)}.appendTo(out)
-		prevFirst, prevFile, prevAt = first, file, at
+		out = ref.appendTo(out)
 	}
-	return out, nil
+}
+
+// refReader reads references packed by packRefList one at a time: first,
+// file and at hold the previous reference's fields, the bases before the
+// first.
+type refReader struct {
+	b           []byte
+	first, file uint64
+	at          int64
+}
+
+// next decodes the next reference; ok is false once b is used up.
+func (r *refReader) next() (first uint64, ref blobRef, ok bool, err error) {
+	if len(r.b) == 0 {
+		return 0, blobRef{}, false, nil
+	}
+	signed := func() (int64, bool) {
+		v, n := binary.Varint(r.b)
+		r.b = r.b[max(n, 0):]
+		return v, n > 0
+	}
+	unsigned := func(limit uint64) (uint64, bool) {
+		v, n := binary.Uvarint(r.b)
+		r.b = r.b[max(n, 0):]
+		return v, n > 0 && v <= limit
+	}
+	dFirst, ok1 := signed()
+	dFile, ok2 := signed()
+	pos, ok3 := unsigned(1<<63 - 1)
+	ln, ok4 := unsigned(1<<32 - 1)
+	dAt, ok5 := signed()
+	count, ok6 := unsigned(1<<32 - 1)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
+		return 0, blobRef{}, false, errors.New("a packed reference's varint cut short or out of its field's range")
+	}
+	r.first, r.file, r.at = r.first+uint64(dFirst), r.file+uint64(dFile), r.at+dAt
+	return r.first, blobRef{File: r.file, Pos: int64(pos), Len: uint32(ln), CreatedAt: r.at, Count: uint32(count)}, true, nil
 }

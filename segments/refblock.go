@@ -2,6 +2,7 @@ package segments
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 )
 
@@ -49,26 +50,62 @@ func packBlock(refs []byte) []byte {
 	return packRefList(b, refs, u64(refs), 0)
 }
 
-// entryRefs decodes the value v stored under key88(pid, first) into the
-// record's in-memory form: a block's references, or the one a single
-// reference is. The result is the caller's (it aliases nothing of bbolt's).
-func entryRefs(pid, first uint64, v []byte) ([]byte, error) {
-	var refs []byte
+// eachRef calls fn with each reference the value v stored under
+// key88(pid, first) holds, oldest first, until fn returns false, decoding
+// as it goes (what a walk needs: no copy of the block, and none of it
+// decoded past where the walk stops). It reports whether fn asked for
+// more. A block's references must start at first and increase, a single
+// reference's offset must be one (offsets start at 1).
+func eachRef(pid, first uint64, v []byte, fn func(first uint64, ref blobRef) (bool, error)) (bool, error) {
 	if len(v) == 0 || v[0] != blockMarker {
-		refs = append(be64(first), v...)
-	} else {
-		var err error
-		refs, err = unpackRefList(v[1:], first, 0, blockMax)
-		if err != nil {
-			return nil, fmt.Errorf("partition %d block of segment references at %d: %s: %w", pid, first, err, ErrCorrupt)
+		ref, err := decodeRef(v)
+		if err == nil && first == 0 {
+			err = fmt.Errorf("a segment at offset 0: %w", ErrCorrupt)
 		}
-		if len(refs) == 0 || u64(refs) != first {
-			return nil, fmt.Errorf("partition %d block of segment references at %d holds none starting there: %w", pid, first, ErrCorrupt)
+		if err != nil {
+			return false, fmt.Errorf("partition %d segment %d: %w", pid, first, err)
+		}
+		return fn(first, ref)
+	}
+	corrupt := func(what string) error {
+		return fmt.Errorf("partition %d block of segment references at %d: %s: %w", pid, first, what, ErrCorrupt)
+	}
+	r := refReader{b: v[1:], first: first}
+	var prev uint64
+	for n := 0; ; n++ {
+		f, ref, ok, err := r.next()
+		switch {
+		case err != nil:
+			return false, corrupt(err.Error())
+		case !ok && n == 0:
+			return false, corrupt("no reference")
+		case !ok:
+			return true, nil
+		case n == blockMax:
+			return false, corrupt(fmt.Sprintf("more than the %d references it may hold", blockMax))
+		case n == 0 && f != first:
+			return false, corrupt(fmt.Sprintf("the first starts at %d", f))
+		case f <= prev:
+			return false, corrupt(fmt.Sprintf("segment %d after %d", f, prev))
+		}
+		prev = f
+		if more, err := fn(f, ref); err != nil || !more {
+			return false, err
 		}
 	}
-	// Offsets start at 1, the references' ends are checked by their
-	// decoding, their order here.
-	if err := checkRefs(pid, refs); err != nil {
+}
+
+// entryRefs decodes the value v stored under key88(pid, first) into the
+// record's in-memory form, checked as eachRef checks it: what an edit or a
+// walk backwards needs. The result is the caller's (it aliases nothing of
+// bbolt's).
+func entryRefs(pid, first uint64, v []byte) ([]byte, error) {
+	refs := make([]byte, 0, max(1, len(v)/6)*recentEntry)
+	_, err := eachRef(pid, first, v, func(f uint64, ref blobRef) (bool, error) {
+		refs = ref.appendTo(binary.BigEndian.AppendUint64(refs, f))
+		return true, nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return refs, nil
