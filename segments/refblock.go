@@ -54,8 +54,8 @@ func packBlock(refs []byte) []byte {
 // key88(pid, first) holds, oldest first, until fn returns false, decoding
 // as it goes (what a walk needs: no copy of the block, and none of it
 // decoded past where the walk stops). It reports whether fn asked for
-// more. A block's references must start at first and increase, a single
-// reference's offset must be one (offsets start at 1).
+// more. A block's references must start at first and increase; a single
+// reference's offset must be at least 1, where offsets start.
 func eachRef(pid, first uint64, v []byte, fn func(first uint64, ref blobRef) (bool, error)) (bool, error) {
 	if len(v) == 0 || v[0] != blockMarker {
 		ref, err := decodeRef(v)
