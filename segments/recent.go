@@ -78,20 +78,11 @@ func checkRecent(pid uint64, b []byte) error {
 	if len(b)%recentEntry != 0 || len(b)/recentEntry > recentMax {
 		return fmt.Errorf("partition %d record holds %d bytes of segment references: %w", pid, len(b), ErrCorrupt)
 	}
-	return checkRefs(pid, b)
-}
-
-// checkRefs validates references in the in-memory form: each decodes, and
-// their first offsets increase from 1.
-func checkRefs(pid uint64, b []byte) error {
-	if len(b)%recentEntry != 0 {
-		return fmt.Errorf("partition %d: %d bytes of segment references: %w", pid, len(b), ErrCorrupt)
-	}
 	var prev uint64
 	for i := 0; i < len(b); i += recentEntry {
 		first := u64(b[i:])
 		if first <= prev {
-			return fmt.Errorf("partition %d holds segment %d after %d: %w", pid, first, prev, ErrCorrupt)
+			return fmt.Errorf("partition %d record holds segment %d after %d: %w", pid, first, prev, ErrCorrupt)
 		}
 		if _, err := decodeRef(b[i+8 : i+recentEntry]); err != nil {
 			return fmt.Errorf("partition %d segment %d: %w", pid, first, err)
@@ -215,6 +206,12 @@ func visitSegment(pid, first, from uint64, v []byte, fn func(first uint64, ref b
 	if err != nil {
 		return false, fmt.Errorf("partition %d segment %d: %w", pid, first, err)
 	}
+	return visitFrom(first, from, ref, fn)
+}
+
+// visitFrom calls fn with the segment starting at first unless it ends
+// before from (then it reports more).
+func visitFrom(first, from uint64, ref blobRef, fn func(first uint64, ref blobRef) (bool, error)) (bool, error) {
 	if first+uint64(ref.Count) <= from {
 		return true, nil
 	}
@@ -237,43 +234,11 @@ func (t *Tx) walkBucketSegments(pid, from uint64, fn func(first uint64, ref blob
 	}
 	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 		more, err := eachRef(pid, u64(k[8:]), v, func(first uint64, ref blobRef) (bool, error) {
-			if first+uint64(ref.Count) <= from {
-				return true, nil
-			}
-			return fn(first, ref)
+			return visitFrom(first, from, ref, fn)
 		})
 		if err != nil || !more {
 			return false, err
 		}
 	}
 	return true, nil
-}
-
-// walkSegmentsReverse calls fn with each segment of the partition, newest
-// first, until fn returns false.
-func (t *Tx) walkSegmentsReverse(p *Partition, fn func(first uint64, v []byte) (bool, error)) error {
-	recent := p.recent
-	for i := len(recent) - recentEntry; i >= 0; i -= recentEntry {
-		if more, err := fn(u64(recent[i:]), recent[i+8:i+recentEntry]); err != nil || !more {
-			return err
-		}
-	}
-	c := t.bucket(bSegments).Cursor()
-	prefix := be64(p.ID)
-	k, v := c.Seek(key88(p.ID, ^uint64(0)))
-	if k == nil || !bytes.HasPrefix(k, prefix) {
-		k, v = c.Prev()
-	}
-	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Prev() {
-		refs, err := entryRefs(p.ID, u64(k[8:]), v)
-		if err != nil {
-			return err
-		}
-		for i := len(refs) - recentEntry; i >= 0; i -= recentEntry {
-			if more, err := fn(u64(refs[i:]), refs[i+8:i+recentEntry]); err != nil || !more {
-				return err
-			}
-		}
-	}
-	return nil
 }

@@ -45,7 +45,9 @@ const (
 // recentEntry bytes each, oldest first), to be stored under the key of
 // the first.
 func packBlock(refs []byte) []byte {
-	b := make([]byte, 1, 1+(len(refs)/recentEntry)*(packedEntryHint+8))
+	// The first reference's time, a difference from zero, takes a full
+	// varint; the others about packedEntryHint bytes each.
+	b := make([]byte, 1, 1+binary.MaxVarintLen64+(len(refs)/recentEntry)*packedEntryHint)
 	b[0] = blockMarker
 	return packRefList(b, refs, u64(refs), 0)
 }
@@ -100,7 +102,11 @@ func eachRef(pid, first uint64, v []byte, fn func(first uint64, ref blobRef) (bo
 // walk backwards needs. The result is the caller's (it aliases nothing of
 // bbolt's).
 func entryRefs(pid, first uint64, v []byte) ([]byte, error) {
-	refs := make([]byte, 0, max(1, len(v)/6)*recentEntry)
+	n := 1 // a single reference
+	if len(v) > 0 && v[0] == blockMarker {
+		n = min(blockMax, len(v)/6) // a packed reference takes 6 bytes or more
+	}
+	refs := make([]byte, 0, n*recentEntry)
 	_, err := eachRef(pid, first, v, func(f uint64, ref blobRef) (bool, error) {
 		refs = ref.appendTo(binary.BigEndian.AppendUint64(refs, f))
 		return true, nil

@@ -1192,13 +1192,7 @@ func (t *Tx) Segments(p *Partition, fn func(SegmentInfo) (bool, error)) error {
 
 // SegmentsReverse walks the partition's segment headers newest first.
 func (t *Tx) SegmentsReverse(p *Partition, fn func(SegmentInfo) (bool, error)) error {
-	return t.walkSegmentsReverse(p, func(first uint64, v []byte) (bool, error) {
-		ref, err := decodeRef(v)
-		if err != nil {
-			return false, fmt.Errorf("partition %d segment %d: %w", p.ID, first, err)
-		}
-		return fn(ref.info(first))
-	})
+	return t.SegmentsReverseFrom(p, ^uint64(0), fn)
 }
 
 func (r blobRef) info(first uint64) SegmentInfo {
