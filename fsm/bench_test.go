@@ -90,32 +90,43 @@ func benchApply(b *testing.B, m *machine, logs []*raft.Log, batchEntries int) {
 	}
 }
 
-// BenchmarkApplyPush: entries of 8 push commands (group commit) of 100
-// messages each, applied 4 entries per bbolt transaction; over 8
-// partitions (every push command makes 8 segments of 12-13 messages), and
-// over 10,000 (every message lands in a partition of its own, so it is a
-// segment of its own: the many-partitions case of the README). The last
-// shape is what the load generator's runs make on a cluster, about 4 pushes
-// an entry and an entry a transaction: with 10,000 partitions every
-// transaction rewrites most of the partition records' leaves, so the
-// fewer messages share a transaction, the more each one pays.
+// BenchmarkApplyPush: entries of push commands (group commit) of 100
+// messages each. Over 8 partitions every push command makes 8 segments of
+// 12-13 messages; over 10,000 every message lands in a partition of its
+// own, so it is a segment of its own and rewrites its partition's record
+// (the many-partitions case of the README). The shapes over 10,000:
+//   - tx=3200 and tx=400: 4 entries of 8 pushes, and 1 of 4, in one bbolt
+//     transaction, the pushes covering neighbouring partitions one after
+//     the other;
+//   - side-by-side: 8 pushes an entry sweeping the same partitions shifted
+//     by one, as the load generator's producers do when they start (each its
+//     own round robin, one partition apart), so a record is written once
+//     for up to 8 messages (segments/partcache.go);
+//   - drifted: 5 pushes an entry over partitions far apart, as on a
+//     cluster once the producers have drifted apart: about 550 messages an
+//     entry, an entry a transaction (docs/performance.md lesson 46).
+//
+// pages/msg is what the state file's commits wrote a message: bbolt writes
+// each page a transaction dirtied with a pwrite of its own, and over many
+// partitions the records' leaves are most of them (lesson 46).
 func BenchmarkApplyPush(b *testing.B) {
-	// side: the commands of an entry sweep the partitions side by side, as
-	// the load generator's producers do (each its own round robin, started
-	// one partition apart), instead of one after the other.
+	const serial, side, drifted = 0, 1, 2
 	for _, shape := range []struct {
-		parts, cmds, entries int
-		side                 bool
-	}{{8, 8, 4, false}, {10000, 8, 4, false}, {10000, 4, 1, false}, {10000, 8, 1, true}} {
+		parts, cmds, entries, spread int
+	}{{8, 8, 4, serial}, {10000, 8, 4, serial}, {10000, 4, 1, serial}, {10000, 8, 1, side}, {10000, 5, 1, drifted}} {
 		parts := shape.parts
 		name := fmt.Sprintf("partitions=%d/tx=%d", parts, shape.cmds*shape.entries*100)
-		if shape.side {
+		switch shape.spread {
+		case side:
 			name += "/side-by-side"
+		case drifted:
+			name += "/drifted"
 		}
 		b.Run(name, func(b *testing.B) {
 			m := newMachine(b)
 			b.ReportAllocs()
 			n, next := 0, 0
+			var pages uint64
 			for b.Loop() {
 				b.StopTimer()
 				var logs []*raft.Log
@@ -124,25 +135,34 @@ func BenchmarkApplyPush(b *testing.B) {
 					for c := 0; c < shape.cmds; c++ {
 						items := benchItems("q", 1, 100, fmt.Sprintf("t%d-%d-%d-", n, e, c))
 						for i := range items {
-							if shape.side {
+							switch shape.spread {
+							case side:
 								items[i].Partition = "p" + strconv.Itoa((next+c+i)%parts)
-								continue
+							case drifted:
+								items[i].Partition = "p" + strconv.Itoa((next+c*parts/shape.cmds+i)%parts)
+							default:
+								items[i].Partition = "p" + strconv.Itoa(next%parts)
+								next++
 							}
-							items[i].Partition = "p" + strconv.Itoa(next%parts)
-							next++
 						}
 						cmds = append(cmds, &Push{Items: items})
 					}
 					logs = append(logs, m.entry(cmds...))
-					if shape.side {
+					if shape.spread != serial {
 						next += 100
 					}
 				}
 				n++
+				before := m.f.StateWrites().Pages
 				b.StartTimer()
 				benchApply(b, m, logs, shape.entries)
+				b.StopTimer()
+				pages += m.f.StateWrites().Pages - before
+				b.StartTimer()
 			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*shape.cmds*shape.entries*100), "ns/msg")
+			msgs := float64(b.N * shape.cmds * shape.entries * 100)
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/msgs, "ns/msg")
+			b.ReportMetric(float64(pages)/msgs, "pages/msg")
 		})
 	}
 }

@@ -637,6 +637,47 @@ func TestRestoreWhileOwnSnapshotIsHeld(t *testing.T) {
 	}
 }
 
+// StateWrites (crown_state_commits_total, crown_state_pages_written_total)
+// counts every applied batch's commit and its pages, and keeps what the
+// stores a restore replaced wrote: a counter never goes back.
+func TestStateWritesCountAcrossRestore(t *testing.T) {
+	rec := record(t, 17, 150)
+	src := openFSM(t, t.TempDir(), "n1")
+	src.ApplyBatch(rec.logs[:100])
+	snap, err := src.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &bufferSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	snap.Release()
+
+	f := openFSM(t, t.TempDir(), "n2")
+	for i := 0; i < 50; i++ {
+		f.ApplyBatch(rec.logs[i : i+1])
+	}
+	before := f.StateWrites()
+	if before.Commits < 50 || before.Pages < 2*before.Commits {
+		t.Fatalf("after 50 batches: %+v", before)
+	}
+	if err := f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	restored := f.StateWrites()
+	if restored.Commits < before.Commits || restored.Pages < before.Pages {
+		t.Fatalf("a restore took the counters back: %+v after %+v", restored, before)
+	}
+	for i := 100; i < len(rec.logs); i++ {
+		f.ApplyBatch(rec.logs[i : i+1])
+	}
+	after := f.StateWrites()
+	if after.Commits < restored.Commits+50 || after.Pages <= restored.Pages {
+		t.Fatalf("50 batches after the restore: %+v, was %+v", after, restored)
+	}
+}
+
 // A snapshot first seals an active blob file holding at least a megabyte,
 // so a linked snapshot copies an empty file instead of those payloads, and
 // leaves a smaller one alone.

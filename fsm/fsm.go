@@ -67,6 +67,9 @@ type FSM struct {
 	// retiring counts stores replaced by Restore that are still closing
 	// (swapIn); Close waits for them.
 	retiring sync.WaitGroup
+	// writesBefore sums the WriteStats of the stores Restore replaced, so
+	// StateWrites only grows.
+	writesBefore segments.WriteStats
 
 	applied atomic.Uint64
 	// appliedCh is closed and replaced after every commit, so waiters for
@@ -95,6 +98,21 @@ type AckResolutions struct {
 	// ByIndex looked the id up in the transaction-id index; Refused of them
 	// carried an offset that could not be proven the index's answer.
 	ByIndex, Refused uint64
+}
+
+// StateWrites counts the state file's write transactions and the pages
+// they wrote since this node started, across snapshot installs. Not state:
+// two nodes applying the same log may write different pages.
+func (f *FSM) StateWrites() segments.WriteStats {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	w := f.writesBefore
+	if f.store != nil {
+		cur := f.store.WriteStats()
+		w.Commits += cur.Commits
+		w.Pages += cur.Pages
+	}
+	return w
 }
 
 // AckResolutions reports how this node's applies have resolved
@@ -527,6 +545,9 @@ func (f *FSM) swapIn(tmp string) (uint64, error) {
 	}
 	if old := f.store; old != nil {
 		f.store = nil
+		w := old.WriteStats()
+		f.writesBefore.Commits += w.Commits
+		f.writesBefore.Pages += w.Pages
 		// Closing a store waits for its bbolt readers (its blob files
 		// close first: a snapshot still streaming from them fails with
 		// segments.ErrClosed, DESIGN.md), and one of them may be a

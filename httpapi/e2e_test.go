@@ -1180,8 +1180,10 @@ func TestHTTPPrometheus(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^crown_raft_log_bytes_since_snapshot [1-9][0-9]*$`).MatchString(text) {
 		t.Errorf("crown_raft_log_bytes_since_snapshot is not positive:\n%s", grepLines(text, "crown_raft_log_bytes_since_snapshot"))
 	}
-	// This node leads, so it proposed the push's entry (and the queue's).
-	for _, name := range []string{"crown_commit_entries_total", "crown_commit_commands_total"} {
+	// This node leads, so it proposed the push's entry (and the queue's);
+	// it applied them, committing its state file and writing its pages.
+	for _, name := range []string{"crown_commit_entries_total", "crown_commit_commands_total",
+		"crown_state_commits_total", "crown_state_pages_written_total"} {
 		if !regexp.MustCompile(`(?m)^` + name + ` [1-9][0-9]*$`).MatchString(text) {
 			t.Errorf("%s is not positive:\n%s", name, grepLines(text, name))
 		}

@@ -213,6 +213,7 @@ type clusterCollector struct {
 	entries, commands, lingered                  *prometheus.Desc
 	dlqDepth, dlqByQueue                         *prometheus.Desc
 	ackResolved, ackRefused                      *prometheus.Desc
+	stateCommits, statePages                     *prometheus.Desc
 }
 
 var counterNames = []string{
@@ -250,6 +251,11 @@ func newClusterCollector(s *Server) *clusterCollector {
 		ackRefused: prometheus.NewDesc("crown_ack_offsets_refused_total",
 			"Acknowledgments whose offset the state machine could not prove the index's answer (the message deleted, or its id possibly repeated), so it looked them up.",
 			nil, nil),
+		stateCommits: prometheus.NewDesc("crown_state_commits_total",
+			"Write transactions this node committed to its state file (one per applied Raft batch, and snapshot seals).", nil, nil),
+		statePages: prometheus.NewDesc("crown_state_pages_written_total",
+			"Pages this node's state file commits wrote, each with a pwrite of its own; divided by crown_state_commits_total, what a transaction costs (many partitions touched at once cost more: docs/performance.md lesson 46).",
+			nil, nil),
 		dlqByQueue: prometheus.NewDesc("queen_dlq_depth_by_queue",
 			"Dead letters stored, by queue (queues holding none have no series).", []string{"queue"}, nil),
 	}
@@ -264,7 +270,8 @@ func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	for _, d := range []*prometheus.Desc{c.ack, c.applied, c.commit, c.leader, c.term, c.logBytes, c.firstIndex, c.trailingLogs,
-		c.logFileBytes, c.entries, c.commands, c.lingered, c.dlqDepth, c.dlqByQueue, c.ackResolved, c.ackRefused} {
+		c.logFileBytes, c.entries, c.commands, c.lingered, c.dlqDepth, c.dlqByQueue, c.ackResolved, c.ackRefused,
+		c.stateCommits, c.statePages} {
 		ch <- d
 	}
 }
@@ -291,6 +298,9 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.ackResolved, prometheus.CounterValue, float64(ar.ByOffset), "offset")
 	ch <- prometheus.MustNewConstMetric(c.ackResolved, prometheus.CounterValue, float64(ar.ByIndex), "index")
 	ch <- prometheus.MustNewConstMetric(c.ackRefused, prometheus.CounterValue, float64(ar.Refused))
+	sw := c.s.state.StateWrites()
+	ch <- prometheus.MustNewConstMetric(c.stateCommits, prometheus.CounterValue, float64(sw.Commits))
+	ch <- prometheus.MustNewConstMetric(c.statePages, prometheus.CounterValue, float64(sw.Pages))
 	st := c.s.cluster.Status()
 	leader := 0.0
 	if st.State == "Leader" {

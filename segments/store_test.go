@@ -783,3 +783,72 @@ func TestScanTxIDsStopsAndReusesItsBuffer(t *testing.T) {
 		return nil
 	})
 }
+
+// TestWriteStatsCountsCommitsAndPages: the counters behind
+// crown_state_commits_total and crown_state_pages_written_total count
+// committed write transactions and the pages they wrote, start at zero on
+// open, ignore a transaction that failed, and grow with the leaves a
+// transaction dirties (one partition record against records spread over
+// the whole bucket).
+func TestWriteStatsCountsCommitsAndPages(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, err := Open(path, StoreOptions{NoSync: true, VerifyCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.WriteStats(); got != (WriteStats{}) {
+		t.Fatalf("fresh store: %+v, want zero", got)
+	}
+	const n = 2000
+	parts := make([]*Partition, n)
+	update(t, s, func(tx *Tx) error {
+		for i := range parts {
+			parts[i] = newPartition(t, tx, "q", fmt.Sprintf("p%04d", i))
+		}
+		return nil
+	})
+	created := s.WriteStats()
+	if created.Commits != 1 || created.Pages < 2 {
+		t.Fatalf("after one commit: %+v", created)
+	}
+	if err := s.Update(func(tx *Tx) error {
+		appendMsgs(t, tx, parts[0], 1, "lost")
+		return errors.New("refused")
+	}); err == nil {
+		t.Fatal("failed update committed")
+	}
+	if got := s.WriteStats(); got != created {
+		t.Fatalf("a failed update counted: %+v, was %+v", got, created)
+	}
+	pages := func(fn func(tx *Tx)) uint64 {
+		t.Helper()
+		before := s.WriteStats()
+		update(t, s, func(tx *Tx) error { fn(tx); return nil })
+		after := s.WriteStats()
+		if after.Commits != before.Commits+1 {
+			t.Fatalf("commits %d after %d", after.Commits, before.Commits)
+		}
+		return after.Pages - before.Pages
+	}
+	one := pages(func(tx *Tx) { appendMsgs(t, tx, parts[0], 2, "a") })
+	spread := pages(func(tx *Tx) {
+		for i := 1; i < n; i += n / 100 {
+			appendMsgs(t, tx, parts[i], 3, fmt.Sprint("b", i))
+		}
+	})
+	t.Logf("pages written: %d for one record, %d for 100 spread", one, spread)
+	if spread <= 2*one {
+		t.Fatalf("a transaction over 100 records spread over the bucket wrote %d pages, one over a single record %d", spread, one)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(path, StoreOptions{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := s.WriteStats(); got != (WriteStats{}) {
+		t.Fatalf("reopened store: %+v, want zero (opening's own writes are not counted)", got)
+	}
+}
