@@ -340,6 +340,21 @@ func (s *bufferSink) ID() string    { return "test-snapshot" }
 func (s *bufferSink) Close() error  { s.closed = true; return nil }
 func (s *bufferSink) Cancel() error { s.canceled = true; return nil }
 
+// snapshotBytes takes a snapshot of f and returns the stream it persists.
+func snapshotBytes(t *testing.T, f *FSM) []byte {
+	t.Helper()
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Release()
+	sink := &bufferSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	return sink.Bytes()
+}
+
 func TestDeterminismSnapshotRestore(t *testing.T) {
 	rec := record(t, 11, 500)
 	half := 237
@@ -580,15 +595,7 @@ func TestRestoreWhileOwnSnapshotIsHeld(t *testing.T) {
 	rec := record(t, 13, 300)
 	src := openFSM(t, t.TempDir(), "n1")
 	src.ApplyBatch(rec.logs[:200])
-	snap, err := src.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	leader := &bufferSink{}
-	if err := snap.Persist(leader); err != nil {
-		t.Fatal(err)
-	}
-	snap.Release()
+	leader := snapshotBytes(t, src)
 
 	f := openFSM(t, t.TempDir(), "n2")
 	f.ApplyBatch(rec.logs[:120])
@@ -598,7 +605,7 @@ func TestRestoreWhileOwnSnapshotIsHeld(t *testing.T) {
 	}
 	defer held.Release() // a failure below must not leave f.Close waiting on it
 	done := make(chan error, 1)
-	go func() { done <- f.Restore(io.NopCloser(bytes.NewReader(leader.Bytes()))) }()
+	go func() { done <- f.Restore(io.NopCloser(bytes.NewReader(leader))) }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -644,15 +651,7 @@ func TestStateWritesCountAcrossRestore(t *testing.T) {
 	rec := record(t, 17, 150)
 	src := openFSM(t, t.TempDir(), "n1")
 	src.ApplyBatch(rec.logs[:100])
-	snap, err := src.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &bufferSink{}
-	if err := snap.Persist(sink); err != nil {
-		t.Fatal(err)
-	}
-	snap.Release()
+	stream := snapshotBytes(t, src)
 
 	f := openFSM(t, t.TempDir(), "n2")
 	for i := 0; i < 50; i++ {
@@ -662,7 +661,7 @@ func TestStateWritesCountAcrossRestore(t *testing.T) {
 	if before.Commits < 50 || before.Pages < 2*before.Commits {
 		t.Fatalf("after 50 batches: %+v", before)
 	}
-	if err := f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+	if err := f.Restore(io.NopCloser(bytes.NewReader(stream))); err != nil {
 		t.Fatal(err)
 	}
 	restored := f.StateWrites()

@@ -488,17 +488,9 @@ func TestStreamStateInSnapshot(t *testing.T) {
 	if c := m.cycle(StreamCycle{QueryID: id, PartitionID: part, Ops: []StateOp{upsert("a", `{"n":1}`), ripeUpsert("w", 9)}}); !c.Success {
 		t.Fatal(c)
 	}
-	snap, err := m.f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &bufferSink{}
-	if err := snap.Persist(sink); err != nil {
-		t.Fatal(err)
-	}
-	snap.Release()
+	stream := snapshotBytes(t, m.f)
 	n := newMachine(t)
-	if err := n.f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+	if err := n.f.Restore(io.NopCloser(bytes.NewReader(stream))); err != nil {
 		t.Fatal(err)
 	}
 	n.index, n.now = m.index, m.now

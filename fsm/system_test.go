@@ -190,22 +190,14 @@ func TestSystemDeterminismAndSnapshot(t *testing.T) {
 	p := m.partition("q", "p")
 	step(&AddTrace{PartitionID: p.UUID, TxID: "x1", Names: []string{"n"}, Data: []byte(`{}`), MaxPerMessage: 5, MaxTotal: 5, MaxBytes: 1 << 20})
 
-	snap, err := m.f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &bufferSink{}
-	if err := snap.Persist(sink); err != nil {
-		t.Fatal(err)
-	}
-	snap.Release()
+	stream := snapshotBytes(t, m.f)
 	other := openFSM(t, t.TempDir(), "n2")
 	other.ApplyBatch(logs)
 	if _, a := digestOf(t, m.f); a != must1(digestOnly(other)) {
 		t.Fatal("replayed state differs")
 	}
 	restored := openFSM(t, t.TempDir(), "n3")
-	if err := restored.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+	if err := restored.Restore(io.NopCloser(bytes.NewReader(stream))); err != nil {
 		t.Fatal(err)
 	}
 	sw := must1(restored.SystemSwitches())
