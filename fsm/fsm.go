@@ -106,13 +106,10 @@ type AckResolutions struct {
 func (f *FSM) StateWrites() segments.WriteStats {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	w := f.writesBefore
-	if f.store != nil {
-		cur := f.store.WriteStats()
-		w.Commits += cur.Commits
-		w.Pages += cur.Pages
+	if f.store == nil {
+		return f.writesBefore
 	}
-	return w
+	return f.writesBefore.Plus(f.store.WriteStats())
 }
 
 // AckResolutions reports how this node's applies have resolved
@@ -545,9 +542,7 @@ func (f *FSM) swapIn(tmp string) (uint64, error) {
 	}
 	if old := f.store; old != nil {
 		f.store = nil
-		w := old.WriteStats()
-		f.writesBefore.Commits += w.Commits
-		f.writesBefore.Pages += w.Pages
+		f.writesBefore = f.writesBefore.Plus(old.WriteStats())
 		// Closing a store waits for its bbolt readers (its blob files
 		// close first: a snapshot still streaming from them fails with
 		// segments.ErrClosed, DESIGN.md), and one of them may be a
