@@ -235,6 +235,9 @@ func FuzzPartitionRecord(f *testing.F) {
 	f.Add(key8(2, []byte("p")), p.marshalSchema5())
 	p.IDsIndexedFrom = 5
 	f.Add(key8(2, []byte("p")), p.marshal())
+	f.Add(key8(2, []byte("p")), p.marshalSchema7())
+	p.WindowMark, p.WindowCount, p.WindowFirst = 3, 2, 8
+	f.Add(key8(2, []byte("p")), p.marshal())
 	f.Add(key8(2, nil), make([]byte, partitionFixed))
 	f.Fuzz(func(t *testing.T, k, v []byte) {
 		var p Partition
@@ -245,8 +248,8 @@ func FuzzPartitionRecord(f *testing.F) {
 			return
 		}
 		// A record this build wrote decodes and encodes back to itself; a
-		// schema 4 or 5 one (references unpacked, or no IDsIndexedFrom) to
-		// this build's form, which then round-trips.
+		// schema 4 to 7 one (fixed-width fields, references unpacked, or no
+		// IDsIndexedFrom) to this build's form, which then round-trips.
 		got := p.marshal()
 		var q Partition
 		if err := q.unmarshal(k, got); err != nil || !reflect.DeepEqual(p, q) {
@@ -310,20 +313,17 @@ func rewriteRecords(t *testing.T, s *Store, as func(p *Partition) []byte) int {
 // marshalUnpacked is p's record as a schema 4 build stored it: the
 // references section as in memory, 41 bytes a reference.
 func (p *Partition) marshalUnpacked() []byte {
-	b := p.marshal()
-	end := partitionFixed + len(p.Name)
-	return append(b[:end:end], p.recent...)
+	return append(p.appendSchema7Fields(nil), p.recent...)
 }
 
 // marshalSchema5 is p's record as a schema 5 build stored it: references
 // packed after their own marker, no IDsIndexedFrom.
 func (p *Partition) marshalSchema5() []byte {
-	b := p.marshal()
-	end := partitionFixed + len(p.Name)
+	b := p.appendSchema7Fields(nil)
 	if len(p.recent) == 0 {
-		return b[:end:end]
+		return b
 	}
-	return p.packRefs(append(b[:end:end], recentPacked))
+	return p.packRefs(append(b, recentPacked))
 }
 
 // A schema 4 file (references in records, unpacked) opens as this build's
@@ -376,8 +376,8 @@ func TestSchema4FileOpens(t *testing.T) {
 	want = append(want, fmt.Sprintf("%d:last", recentMax+4))
 	view(t, s, func(tx *Tx) error {
 		checkRecentInvariant(t, tx, 1)
-		if v := tx.tx.Bucket(bucketParts).Get(key8(1, []byte("p"))); v == nil || v[partitionFixed+len("p")] != sectionMarked {
-			t.Fatalf("partition record after a write: %x, want its references packed", v)
+		if v := tx.tx.Bucket(bucketParts).Get(key8(1, []byte("p"))); len(v) == 0 || v[0] != recordCompact {
+			t.Fatalf("partition record after a write: %x, want this build's compact form", v)
 		}
 		if got := scan(t, tx, 1, 0); !slices.Equal(got, want) {
 			t.Fatalf("scan %v", got)

@@ -103,24 +103,6 @@ type Partition struct {
 
 const partitionFixed = 8 + 8 + 16 + 8*10
 
-// marshal lays the record out as the fixed fields, the name, then the
-// recent segment references; the name's length is the key's (qid(8) name).
-func (p *Partition) marshal() []byte {
-	b := make([]byte, partitionFixed, partitionFixed+len(p.Name)+sectionHead+p.recentCount()*packedEntryHint)
-	o := 0
-	for _, v := range []uint64{p.ID, p.QueueID} {
-		putU64(b[o:], v)
-		o += 8
-	}
-	o += copy(b[o:], p.UUID[:])
-	for _, v := range []uint64{uint64(p.CreatedAt), p.NextOffset, p.FirstOffset, p.Messages,
-		p.Bytes, p.Segments, uint64(p.LastCreatedAt), uint64(p.WindowMark), p.WindowCount, p.WindowFirst} {
-		putU64(b[o:], v)
-		o += 8
-	}
-	return p.packSection(append(b, p.Name...))
-}
-
 // partitionFieldsEnd is where the record b stored under key k ends its own
 // fields and name, and its segment references begin.
 func partitionFieldsEnd(k, b []byte) (int, error) {
@@ -132,11 +114,17 @@ func partitionFieldsEnd(k, b []byte) (int, error) {
 
 // unmarshal decodes the record v stored under key k.
 func (p *Partition) unmarshal(k, b []byte) error {
+	if len(k) >= 8 && len(b) > 0 && b[0] == recordCompact {
+		return p.unmarshalCompact(k, b)
+	}
 	end, err := partitionFieldsEnd(k, b)
 	if err != nil {
 		return err
 	}
 	p.ID, p.QueueID = u64(b), u64(b[8:])
+	if p.QueueID != u64(k) || !bytes.Equal(b[partitionFixed:end], k[8:]) {
+		return fmt.Errorf("partition record under %x names another queue or partition: %w", k, ErrCorrupt)
+	}
 	copy(p.UUID[:], b[16:32])
 	f := b[32:]
 	p.CreatedAt = int64(u64(f))

@@ -133,13 +133,14 @@ func openWithMigrationBatch(path string, o StoreOptions, batch int) (*Store, err
 			// Schema 3 is schema 4 with no reference in any partition
 			// record, schema 4 is schema 5 with every record's references
 			// unpacked, schema 5 is schema 6 without IDsIndexedFrom in
-			// the records, and schema 6 is schema 7 with every reference
-			// in the segments bucket a single one; this build reads all
-			// four and writes a record as schema 7 when it next writes it
-			// (recentpack.go, idmark.go), and references moved to the
-			// bucket as blocks (refblock.go). Recording 7 keeps older
-			// builds, which would misread such a record or block, from
-			// opening the file.
+			// the records, schema 6 is schema 7 with every reference
+			// in the segments bucket a single one, and schema 7 is schema
+			// 8 with every partition record in its fixed-width form; this
+			// build reads all five and writes a record in its compact form
+			// when it next writes it (partpack.go, recentpack.go,
+			// idmark.go), and references moved to the bucket as blocks
+			// (refblock.go). Recording 8 keeps older builds, which would
+			// misread such a record or block, from opening the file.
 			if err := meta.Put(metaSchema, be64(schemaVersion)); err != nil {
 				return err
 			}
@@ -460,6 +461,7 @@ func (s *Store) Digest() (applied uint64, digest string, err error) {
 		applied = t.Applied()
 		h := sha256.New()
 		var lb [binary.MaxVarintLen64]byte
+		var fields []byte
 		write := func(b []byte) {
 			n := binary.PutUvarint(lb[:], uint64(len(b)))
 			h.Write(lb[:n])
@@ -477,13 +479,15 @@ func (s *Store) Digest() (applied uint64, digest string, err error) {
 			for k, v := c.First(); k != nil; k, v = c.Next() {
 				write(k)
 				if bytes.Equal(name, bucketParts) {
-					// Without the references it holds: digestSegments
-					// hashes them with the bucket's.
-					end, err := partitionFieldsEnd(k, v)
-					if err != nil {
+					// Its fields in one form whatever form it is stored
+					// in, without the references it holds:
+					// digestSegments hashes them with the bucket's.
+					var p Partition
+					if err := p.unmarshal(k, v); err != nil {
 						return err
 					}
-					v = v[:end]
+					v = p.appendSchema7Fields(fields[:0])
+					fields = v
 				}
 				write(v)
 			}

@@ -1,0 +1,171 @@
+package segments
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// recordCompact starts a partition record as this build stores it
+// (schema 8): the marker, then every field as a varint, most as a
+// difference from a field before it, then the references packed as
+// packRefs packs them. A record of an older build starts with the high
+// byte of its big-endian partition number, which is 0 below 2^56
+// partitions, so the marker tells the two apart.
+//
+// Why: over many partitions every push rewrites its partition's record,
+// and bbolt writes back each leaf a transaction changed. The older form
+// spent 112 bytes on fixed-width fields (and repeated the queue number and
+// name the key already holds); in this one they take about 40, so records
+// fill fewer leaves and a transaction writes fewer pages.
+const recordCompact = 0xC8
+
+// compactHint is the room marshal makes before the references: the
+// marker, the UUID and the varints of a record of an ordinary size.
+const compactHint = 1 + 16 + 12*binary.MaxVarintLen64/2
+
+// marshal encodes p in this build's form. The queue number and the name
+// are the key's (qid(8) name), so they are not stored again.
+//
+// Layout after the marker: ID, UUID (16 bytes), CreatedAt, NextOffset,
+// NextOffset-FirstOffset, Messages, Bytes, Segments,
+// LastCreatedAt-CreatedAt, NextOffset-IDsIndexedFrom, then a byte saying
+// whether a window burst is recorded and, if so, LastCreatedAt-WindowMark,
+// WindowCount and NextOffset-WindowFirst; then the references. Differences
+// are signed varints computed with wrapping arithmetic, so every value
+// round-trips whatever its relation to the others; IDsIndexedFrom never
+// passes NextOffset (idmark.go), so its difference is unsigned.
+func (p *Partition) marshal() []byte {
+	b := make([]byte, 0, compactHint+p.recentCount()*packedEntryHint)
+	b = append(b, recordCompact)
+	b = binary.AppendUvarint(b, p.ID)
+	b = append(b, p.UUID[:]...)
+	b = binary.AppendVarint(b, p.CreatedAt)
+	b = binary.AppendUvarint(b, p.NextOffset)
+	b = binary.AppendVarint(b, int64(p.NextOffset-p.FirstOffset))
+	b = binary.AppendUvarint(b, p.Messages)
+	b = binary.AppendUvarint(b, p.Bytes)
+	b = binary.AppendUvarint(b, p.Segments)
+	b = binary.AppendVarint(b, p.LastCreatedAt-p.CreatedAt)
+	b = binary.AppendUvarint(b, p.NextOffset-p.IDsIndexedFrom)
+	if p.WindowMark == 0 && p.WindowCount == 0 && p.WindowFirst == 0 {
+		b = append(b, 0)
+	} else {
+		b = append(b, 1)
+		b = binary.AppendVarint(b, p.LastCreatedAt-p.WindowMark)
+		b = binary.AppendUvarint(b, p.WindowCount)
+		b = binary.AppendVarint(b, int64(p.NextOffset-p.WindowFirst))
+	}
+	return p.packRefs(b)
+}
+
+// unmarshalCompact decodes a record marshal wrote under key k (at least 8
+// bytes, checked by the caller).
+func (p *Partition) unmarshalCompact(k, b []byte) error {
+	r := fieldReader{b: b[1:]}
+	p.ID = r.uvarint()
+	copy(p.UUID[:], r.take(16))
+	p.CreatedAt = r.varint()
+	p.NextOffset = r.uvarint()
+	p.FirstOffset = p.NextOffset - uint64(r.varint())
+	p.Messages = r.uvarint()
+	p.Bytes = r.uvarint()
+	p.Segments = r.uvarint()
+	p.LastCreatedAt = p.CreatedAt + r.varint()
+	behind := r.uvarint()
+	p.IDsIndexedFrom = p.NextOffset - behind
+	p.WindowMark, p.WindowCount, p.WindowFirst = 0, 0, 0
+	switch w := r.take(1); {
+	case r.err != nil:
+	case w[0] == 1:
+		p.WindowMark = p.LastCreatedAt - r.varint()
+		p.WindowCount = r.uvarint()
+		p.WindowFirst = p.NextOffset - uint64(r.varint())
+	case w[0] != 0:
+		r.fail("window flag")
+	}
+	if r.err == nil && behind > p.NextOffset {
+		r.fail("IDsIndexedFrom past the next offset")
+	}
+	if r.err != nil {
+		return fmt.Errorf("partition record %x: %s: %w", k, r.err, ErrCorrupt)
+	}
+	p.QueueID, p.Name = u64(k), string(k[8:])
+	p.recent = nil
+	if len(r.b) > 0 {
+		if err := p.unpackRefs(r.b); err != nil {
+			return err
+		}
+	}
+	return checkRecent(p.ID, p.recent)
+}
+
+// fieldReader reads a record's varints in order; the first failure sticks
+// and later reads return zero.
+type fieldReader struct {
+	b   []byte
+	err error
+}
+
+func (r *fieldReader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%s cut short or malformed", what)
+	}
+}
+
+func (r *fieldReader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail("a field")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *fieldReader) varint() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail("a field")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *fieldReader) take(n int) []byte {
+	if r.err != nil || len(r.b) < n {
+		r.fail("a fixed field")
+		return make([]byte, n)
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+// appendSchema7Fields appends p's fields and name as schema 7 and older
+// builds laid them out: fixed-width, big-endian. The digest hashes this
+// form whatever form a record is stored in, so a node that still holds
+// records of an older build and one that rewrote them agree.
+func (p *Partition) appendSchema7Fields(b []byte) []byte {
+	for _, v := range []uint64{p.ID, p.QueueID} {
+		b = binary.BigEndian.AppendUint64(b, v)
+	}
+	b = append(b, p.UUID[:]...)
+	for _, v := range []uint64{uint64(p.CreatedAt), p.NextOffset, p.FirstOffset, p.Messages,
+		p.Bytes, p.Segments, uint64(p.LastCreatedAt), uint64(p.WindowMark), p.WindowCount, p.WindowFirst} {
+		b = binary.BigEndian.AppendUint64(b, v)
+	}
+	return append(b, p.Name...)
+}
+
+// marshalSchema7 is p's record as schema 6 and 7 builds stored it.
+func (p *Partition) marshalSchema7() []byte {
+	b := make([]byte, 0, partitionFixed+len(p.Name)+sectionHead+p.recentCount()*packedEntryHint)
+	return p.packSection(p.appendSchema7Fields(b))
+}
