@@ -125,17 +125,14 @@ func (r *fieldReader) uvarint() uint64 {
 	return v
 }
 
+// varint undoes binary.AppendVarint's zigzag over the uvarint it wrote.
 func (r *fieldReader) varint() int64 {
-	if r.err != nil {
-		return 0
+	u := r.uvarint()
+	x := int64(u >> 1)
+	if u&1 != 0 {
+		x = ^x
 	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.fail("a field")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
+	return x
 }
 
 func (r *fieldReader) take(n int) []byte {
