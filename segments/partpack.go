@@ -2,6 +2,7 @@ package segments
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 )
 
@@ -81,7 +82,7 @@ func (p *Partition) unmarshalCompact(k, b []byte) error {
 		p.WindowCount = r.uvarint()
 		p.WindowFirst = p.NextOffset - uint64(r.varint())
 	case w[0] != 0:
-		r.fail("window flag")
+		r.fail("an unknown window flag")
 	}
 	if r.err == nil && behind > p.NextOffset {
 		r.fail("IDsIndexedFrom past the next offset")
@@ -108,7 +109,7 @@ type fieldReader struct {
 
 func (r *fieldReader) fail(what string) {
 	if r.err == nil {
-		r.err = fmt.Errorf("%s cut short or malformed", what)
+		r.err = errors.New(what)
 	}
 }
 
@@ -118,7 +119,7 @@ func (r *fieldReader) uvarint() uint64 {
 	}
 	v, n := binary.Uvarint(r.b)
 	if n <= 0 {
-		r.fail("a field")
+		r.fail("a field cut short or malformed")
 		return 0
 	}
 	r.b = r.b[n:]
@@ -137,7 +138,7 @@ func (r *fieldReader) varint() int64 {
 
 func (r *fieldReader) take(n int) []byte {
 	if r.err != nil || len(r.b) < n {
-		r.fail("a fixed field")
+		r.fail("the UUID or the window flag cut short")
 		return make([]byte, n)
 	}
 	v := r.b[:n]
