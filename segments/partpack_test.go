@@ -123,13 +123,7 @@ func TestSchema7FileOpens(t *testing.T) {
 	}
 	same := func(when string) {
 		t.Helper()
-		_, a, err := old.Digest()
-		must(t, err)
-		_, b, err := fresh.Digest()
-		must(t, err)
-		if a != b {
-			t.Fatalf("%s: digests differ", when)
-		}
+		sameDigest(t, old, fresh, "%s: digests differ", when)
 	}
 	var want [3][]string
 	each(func(s *Store, tx *Tx) error {
@@ -171,4 +165,17 @@ func TestSchema7FileOpens(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// sameDigest fails the test with the message format makes unless stores a
+// and b hold the same state.
+func sameDigest(t *testing.T, a, b *Store, format string, args ...any) {
+	t.Helper()
+	_, da, err := a.Digest()
+	must(t, err)
+	_, db, err := b.Digest()
+	must(t, err)
+	if da != db {
+		t.Fatalf(format, args...)
+	}
 }

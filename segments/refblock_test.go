@@ -265,13 +265,7 @@ func TestSchema6FileEditsAsBlocks(t *testing.T) {
 				return tx.PutPartition(p)
 			})
 		}
-		_, a, err := legacy.Digest()
-		must(t, err)
-		_, b, err := blocks.Digest()
-		must(t, err)
-		if a != b {
-			t.Fatalf("step %d: the store opened from singles and the one in blocks differ", step)
-		}
+		sameDigest(t, legacy, blocks, "step %d: the store opened from singles and the one in blocks differ", step)
 		view(t, legacy, func(tx *Tx) error {
 			for pid := uint64(1); pid <= 2; pid++ {
 				checkRecentInvariant(t, tx, pid)
