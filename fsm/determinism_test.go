@@ -355,6 +355,15 @@ func snapshotBytes(t *testing.T, f *FSM) []byte {
 	return sink.Bytes()
 }
 
+// snapshotAfter is the snapshot stream of a fresh machine that applied the
+// recording's first n entries, as a leader would send it.
+func snapshotAfter(t *testing.T, rec *recording, n int) []byte {
+	t.Helper()
+	src := openFSM(t, t.TempDir(), "leader")
+	src.ApplyBatch(rec.logs[:n])
+	return snapshotBytes(t, src)
+}
+
 func TestDeterminismSnapshotRestore(t *testing.T) {
 	rec := record(t, 11, 500)
 	half := 237
@@ -593,9 +602,7 @@ func TestCheckPopAgreesWithPop(t *testing.T) {
 // follower this way). The held snapshot stays usable or fails cleanly.
 func TestRestoreWhileOwnSnapshotIsHeld(t *testing.T) {
 	rec := record(t, 13, 300)
-	src := openFSM(t, t.TempDir(), "n1")
-	src.ApplyBatch(rec.logs[:200])
-	leader := snapshotBytes(t, src)
+	leader := snapshotAfter(t, rec, 200)
 
 	f := openFSM(t, t.TempDir(), "n2")
 	f.ApplyBatch(rec.logs[:120])
@@ -649,9 +656,7 @@ func TestRestoreWhileOwnSnapshotIsHeld(t *testing.T) {
 // stores a restore replaced wrote: a counter never goes back.
 func TestStateWritesCountAcrossRestore(t *testing.T) {
 	rec := record(t, 17, 150)
-	src := openFSM(t, t.TempDir(), "n1")
-	src.ApplyBatch(rec.logs[:100])
-	stream := snapshotBytes(t, src)
+	stream := snapshotAfter(t, rec, 100)
 
 	f := openFSM(t, t.TempDir(), "n2")
 	for i := 0; i < 50; i++ {

@@ -310,6 +310,12 @@ func rewriteRecords(t *testing.T, s *Store, as func(p *Partition) []byte) int {
 	return n
 }
 
+// marshalSchema7 is p's record as schema 6 and 7 builds stored it.
+func (p *Partition) marshalSchema7() []byte {
+	b := make([]byte, 0, partitionFixed+len(p.Name)+sectionHead+p.recentCount()*packedEntryHint)
+	return p.packSection(p.appendSchema7Fields(b))
+}
+
 // marshalUnpacked is p's record as a schema 4 build stored it: the
 // references section as in memory, 41 bytes a reference.
 func (p *Partition) marshalUnpacked() []byte {
