@@ -169,72 +169,9 @@ func TestJournalRandomized(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 9))
 	seq, folded := 0, 0 // rounds that folded
 	for round := range 400 {
-		type op struct {
-			part     int
-			n        int
-			rollback bool
-			walk     bool
-		}
-		var ops []op
-		for range 1 + rng.IntN(5) {
-			ops = append(ops, op{part: rng.IntN(parts), n: 1 + rng.IntN(3), rollback: rng.IntN(5) == 0, walk: rng.IntN(6) == 0})
-		}
+		ops := randomPartOps(rng, parts, 5, 6)
 		fail := rng.IntN(6) == 0
-		deleteQueue := rng.IntN(40) == 0
-		base := seq
-		apply := func(tx *Tx) error {
-			seq := base
-			q, err := tx.Queue("q")
-			if err != nil {
-				return err
-			}
-			if deleteQueue && q != nil {
-				return tx.DeleteQueue(q)
-			}
-			for _, o := range ops {
-				name := fmt.Sprintf("p%02d", o.part)
-				if q == nil {
-					q = &Queue{Name: "q", UUID: [16]byte{1}}
-					if err := tx.CreateQueue(q); err != nil {
-						return err
-					}
-				}
-				p, err := tx.Partition(q.ID, name)
-				if err != nil {
-					return err
-				}
-				if p == nil {
-					p = &Partition{QueueID: q.ID, Name: name, UUID: [16]byte{2, byte(o.part), byte(round), byte(round >> 8)}}
-					if err := tx.CreatePartition(p); err != nil {
-						return err
-					}
-				}
-				sp := 0
-				if o.rollback {
-					sp = tx.Savepoint()
-				}
-				ids := make([]string, o.n)
-				for i := range ids {
-					seq++
-					ids[i] = fmt.Sprintf("m%d", seq)
-				}
-				appendMsgs(t, tx, p, int64(round), ids...)
-				if o.rollback {
-					if err := tx.RollbackTo(sp); err != nil {
-						return err
-					}
-				}
-				if o.walk {
-					if _, err := partitionsSeen(tx); err != nil {
-						return err
-					}
-				}
-			}
-			if fail {
-				return errors.New("fail on purpose")
-			}
-			return nil
-		}
+		apply := applyPartOps(t, round, seq, ops, rng.IntN(40) == 0, fail)
 		foldsBefore := js.journal.folded
 		if err := js.Update(apply); err != nil && !fail {
 			t.Fatalf("round %d, journaled store: %v", round, err)
