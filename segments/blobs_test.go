@@ -61,19 +61,15 @@ func checkAccounting(t *testing.T, s *Store) {
 			}
 		}
 		pc := tx.bucket(bParts).Cursor()
-		for k, _ := pc.First(); k != nil; k, _ = pc.Next() {
+		for k, v := pc.First(); k != nil; k, v = pc.Next() {
 			var p Partition
-			if err := p.unmarshal(k, tx.storedPartition(k)); err != nil {
+			if err := p.unmarshal(k, v); err != nil {
 				t.Fatal(err)
 			}
 			for i := range p.recentCount() {
 				_, ref := p.recentAt(i)
 				count(ref)
 			}
-		}
-		jc := tx.bucket(bPJournal).Cursor()
-		for k, v := jc.First(); k != nil; k, v = jc.Next() {
-			count(v) // a journal blob (journal.go)
 		}
 		fc := tx.bucket(bFiles).Cursor()
 		recs := map[uint64]fileRec{}
@@ -179,11 +175,8 @@ func TestBlobFilesRollOverAndAreReclaimed(t *testing.T) {
 		return tx.PutPartition(p)
 	})
 	checkAccounting(t, s)
-	// A journal blob keeps its file until its transaction is folded
-	// (journal.go): fold them all, as sixty-four more transactions would.
-	must(t, s.foldEverything())
 	after := blobFiles(t, s)
-	if len(after) >= len(files) || !slices.Contains(after, files[len(files)-1]) {
+	if len(after) >= len(files) || after[len(after)-1] != files[len(files)-1] {
 		t.Fatalf("files before %v, after deleting half %v", files, after)
 	}
 	view(t, s, func(tx *Tx) error {
@@ -197,7 +190,6 @@ func TestBlobFilesRollOverAndAreReclaimed(t *testing.T) {
 	// Deleting the partition frees everything but the file appends go to.
 	update(t, s, func(tx *Tx) error { return tx.deletePartitionData(p) })
 	checkAccounting(t, s)
-	must(t, s.foldEverything())
 	if got := blobFiles(t, s); len(got) != 1 {
 		t.Fatalf("after deleting every segment: %v", got)
 	}
@@ -208,7 +200,6 @@ func TestDeadBlobFileOutlivesOpenReaders(t *testing.T) {
 	var p *Partition
 	update(t, s, func(tx *Tx) error { p = newPartition(t, tx, "q", "p"); return nil })
 	fill(t, s, p, 6, "m")
-	must(t, s.foldEverything()) // no journal blob keeps a file (journal.go)
 	first := blobFiles(t, s)[0]
 
 	rs, err := s.BeginSnapshot() // an open reader that still sees segment 1

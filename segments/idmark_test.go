@@ -118,7 +118,7 @@ func TestSchema5FileOpens(t *testing.T) {
 		if p.IDsIndexedFrom != next {
 			t.Fatalf("IDsIndexedFrom %d after a new id, want %d kept", p.IDsIndexedFrom, next)
 		}
-		if v := tx.storedPartition(key8(1, []byte("p"))); len(v) == 0 || v[0] != recordCompact {
+		if v := tx.tx.Bucket(bucketParts).Get(key8(1, []byte("p"))); len(v) == 0 || v[0] != recordCompact {
 			t.Fatalf("partition record after a write: %x, want this build's compact form", v)
 		}
 		return nil

@@ -51,16 +51,11 @@ var (
 	// bucketFiles accounts for the blob files (blobs.go). It is physical
 	// layout, not state: it is left out of allBuckets and so of the digest.
 	bucketFiles = []byte("files") // 'g', 'a', 'f' file(8) -> fileRec
-
-	// bucketPJournal maps a transaction that journaled partition records
-	// to its blob (journal.go). Layout too: the digest reads every record
-	// through it, and leaves it out.
-	bucketPJournal = []byte("pjournal") // seq(8) -> blobRef
 )
 
 // storeBuckets is every bucket a store has: the state's, then the physical
-// accounting of its blob files and the partition journal.
-var storeBuckets = append(allBuckets[:len(allBuckets):len(allBuckets)], bucketFiles, bucketPJournal)
+// accounting of its blob files.
+var storeBuckets = append(allBuckets[:len(allBuckets):len(allBuckets)], bucketFiles)
 
 // allBuckets lists every bucket of the state in a fixed order. The order
 // matters for the state digest, which must be identical on every node.
@@ -87,7 +82,7 @@ var (
 	metaSchema    = []byte("schema")     // layout version
 	metaCounters  = []byte("counters")   // lifetime counters, u64 each
 	metaEventSeq  = []byte("qevent_seq") // last queue-event number
-	schemaVersion = uint64(9)            // 2: segment blobs in files beside the database; 3: txid index keyed by queue, values the offset alone; 4: partition records hold their newest segment references; 5: packed; 6: IDsIndexedFrom; 7: blocks of references in the segments bucket; 8: compact partition records; 9: the partition journal
+	schemaVersion = uint64(8)            // 2: segment blobs in files beside the database; 3: txid index keyed by queue, values the offset alone; 4: partition records hold their newest segment references; 5: packed; 6: IDsIndexedFrom; 7: blocks of references in the segments bucket; 8: compact partition records
 )
 
 // nameKey keys a row by a name that may be empty (bbolt refuses empty keys;

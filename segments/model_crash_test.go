@@ -255,7 +255,6 @@ func TestStorageCrashImagesAroundTheCommit(t *testing.T) {
 		pre := modelImage(t, s)
 		must(t, btx.Commit())
 		post := modelImage(t, s)
-		s.commitJournal(tx)
 		s.parts.commit(tx.notes)
 		s.blobs.commit(tx.w, dead)
 		_, after, err := s.Digest()

@@ -222,7 +222,7 @@ func (t *Tx) flushParts() error {
 // (StoreOptions.VerifyCache): a difference means some write escaped the
 // overlay, and applying on would diverge from a node without the cache.
 func (t *Tx) verifyPartition(key []byte, cached *Partition) error {
-	v := t.storedPartition(key)
+	v := t.get(bParts, key)
 	if v == nil {
 		return fmt.Errorf("partition cache holds %q, which is not stored", key)
 	}

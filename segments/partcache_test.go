@@ -1,6 +1,7 @@
 package segments
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -200,9 +201,81 @@ func TestPartitionCacheRandomized(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	seq := 0
 	for round := range 60 {
-		ops := randomPartOps(rng, parts, 6, 4)
+		// Decide the round's operations first, so both stores apply the same.
+		type op struct {
+			part     int
+			n        int
+			rollback bool
+			walk     bool // read the bucket itself afterwards
+		}
+		var ops []op
+		for range 1 + rng.IntN(6) {
+			ops = append(ops, op{part: rng.IntN(parts), n: 1 + rng.IntN(3), rollback: rng.IntN(4) == 0, walk: rng.IntN(4) == 0})
+		}
 		fail := rng.IntN(5) == 0
-		apply := applyPartOps(t, round, seq, ops, round%17 == 16, fail)
+		deleteQueue := round%17 == 16
+		base := seq
+		apply := func(tx *Tx) error {
+			seq := base
+			q, err := tx.Queue("q")
+			if err != nil {
+				return err
+			}
+			if deleteQueue && q != nil {
+				return tx.DeleteQueue(q)
+			}
+			for _, o := range ops {
+				name := fmt.Sprintf("p%02d", o.part)
+				if q == nil {
+					q = &Queue{Name: "q", UUID: [16]byte{1}}
+					if err := tx.CreateQueue(q); err != nil {
+						return err
+					}
+				}
+				p, err := tx.Partition(q.ID, name)
+				if err != nil {
+					return err
+				}
+				if p == nil {
+					p = &Partition{QueueID: q.ID, Name: name, UUID: [16]byte{2, byte(o.part)}}
+					if err := tx.CreatePartition(p); err != nil {
+						return err
+					}
+				}
+				sp := 0
+				if o.rollback {
+					sp = tx.Savepoint()
+				}
+				ids := make([]string, o.n)
+				for i := range ids {
+					seq++
+					ids[i] = fmt.Sprintf("m%d", seq)
+				}
+				appendMsgs(t, tx, p, int64(round), ids...)
+				if o.rollback {
+					if err := tx.RollbackTo(sp); err != nil {
+						return err
+					}
+				}
+				if o.walk {
+					// What the bucket holds now is what a load answers.
+					err := tx.ForEachPartition(q.ID, "", func(w *Partition) (bool, error) {
+						l, err := tx.Partition(q.ID, w.Name)
+						if err == nil && !bytes.Equal(l.marshal(), w.marshal()) {
+							err = fmt.Errorf("walk read %+v, a load %+v", w, l)
+						}
+						return err == nil, err
+					})
+					if err != nil {
+						return err
+					}
+				}
+			}
+			if fail {
+				return errors.New("fail on purpose")
+			}
+			return nil
+		}
 		if err := cachedStore.Update(apply); err != nil && !fail {
 			t.Fatalf("round %d, cached store: %v", round, err)
 		}
@@ -228,82 +301,5 @@ func TestPartitionCacheRandomized(t *testing.T) {
 	}
 	if len(cachedStore.parts.m) > 8 {
 		t.Fatalf("cache holds %d records, bound 8", len(cachedStore.parts.m))
-	}
-}
-
-// partOp is one step of a random round over queue q's partitions: n
-// messages pushed to partition part, undone by a savepoint rollback, and a
-// walk of the bucket itself afterwards.
-type partOp struct {
-	part, n        int
-	rollback, walk bool
-}
-
-// randomPartOps decides a round's steps, so that two stores apply the same.
-func randomPartOps(rng *rand.Rand, parts, most, oneIn int) []partOp {
-	var ops []partOp
-	for range 1 + rng.IntN(most) {
-		ops = append(ops, partOp{part: rng.IntN(parts), n: 1 + rng.IntN(3), rollback: rng.IntN(oneIn) == 0, walk: rng.IntN(oneIn) == 0})
-	}
-	return ops
-}
-
-// applyPartOps is a round's transaction: the queue's deletion, or its ops
-// (creating the queue and partitions they need) with message ids numbered
-// from base, failing at the end when fail says so.
-func applyPartOps(t *testing.T, round, base int, ops []partOp, deleteQueue, fail bool) func(*Tx) error {
-	return func(tx *Tx) error {
-		seq := base
-		q, err := tx.Queue("q")
-		if err != nil {
-			return err
-		}
-		if deleteQueue && q != nil {
-			return tx.DeleteQueue(q)
-		}
-		for _, o := range ops {
-			name := fmt.Sprintf("p%02d", o.part)
-			if q == nil {
-				q = &Queue{Name: "q", UUID: [16]byte{1}}
-				if err := tx.CreateQueue(q); err != nil {
-					return err
-				}
-			}
-			p, err := tx.Partition(q.ID, name)
-			if err != nil {
-				return err
-			}
-			if p == nil {
-				p = &Partition{QueueID: q.ID, Name: name, UUID: [16]byte{2, byte(o.part), byte(round), byte(round >> 8)}}
-				if err := tx.CreatePartition(p); err != nil {
-					return err
-				}
-			}
-			sp := 0
-			if o.rollback {
-				sp = tx.Savepoint()
-			}
-			ids := make([]string, o.n)
-			for i := range ids {
-				seq++
-				ids[i] = fmt.Sprintf("m%d", seq)
-			}
-			appendMsgs(t, tx, p, int64(round), ids...)
-			if o.rollback {
-				if err := tx.RollbackTo(sp); err != nil {
-					return err
-				}
-			}
-			if o.walk {
-				// What a walk reads is what a load answers.
-				if _, err := partitionsSeen(tx); err != nil {
-					return err
-				}
-			}
-		}
-		if fail {
-			return errors.New("fail on purpose")
-		}
-		return nil
 	}
 }

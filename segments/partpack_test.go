@@ -154,7 +154,7 @@ func TestSchema7FileOpens(t *testing.T) {
 	view(t, old, func(tx *Tx) error {
 		for n := range want {
 			k := key8(1, []byte(fmt.Sprintf("p%d", n)))
-			v := tx.storedPartition(k) // the journal's record once written (journal.go)
+			v := tx.tx.Bucket(bucketParts).Get(k)
 			if compact := len(v) > 0 && v[0] == recordCompact; compact != (n == 0) {
 				t.Errorf("partition p%d stored %x: compact %t, want it compact only once written", n, v, compact)
 			}

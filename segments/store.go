@@ -30,9 +30,6 @@ type Store struct {
 	// (partcache.go); verifyCache checks every hit against the bucket.
 	parts       *partCache
 	verifyCache bool
-	// journal holds partition records written since their last fold
-	// (journal.go).
-	journal *partJournal
 	// commits counts the write transactions update committed, and
 	// pagesAtOpen is bbolt's count of pages written once the store had
 	// opened (WriteStats).
@@ -138,15 +135,12 @@ func openWithMigrationBatch(path string, o StoreOptions, batch int) (*Store, err
 			// unpacked, schema 5 is schema 6 without IDsIndexedFrom in
 			// the records, schema 6 is schema 7 with every reference
 			// in the segments bucket a single one, and schema 7 is schema
-			// 8 with every partition record in its fixed-width form, and
-			// schema 8 is schema 9 with an empty partition journal; this
-			// build reads all six and writes a record in its compact form
+			// 8 with every partition record in its fixed-width form; this
+			// build reads all five and writes a record in its compact form
 			// when it next writes it (partpack.go, recentpack.go,
-			// idmark.go), references moved to the bucket as blocks
-			// (refblock.go), and records through the journal (journal.go).
-			// Recording 9 keeps older builds, which would misread such a
-			// record or block or miss the journal's records, from opening
-			// the file.
+			// idmark.go), and references moved to the bucket as blocks
+			// (refblock.go). Recording 8 keeps older builds, which would
+			// misread such a record or block, from opening the file.
 			if err := meta.Put(metaSchema, be64(schemaVersion)); err != nil {
 				return err
 			}
@@ -180,10 +174,6 @@ func openWithMigrationBatch(path string, o StoreOptions, batch int) (*Store, err
 		return nil, err
 	}
 	s := &Store{db: db, path: path, blobs: blobs, parts: newPartCache(partCacheMax), verifyCache: o.VerifyCache}
-	if err := s.openJournal(); err != nil {
-		s.Close()
-		return nil, err
-	}
 	if migrate {
 		log := o.Logger
 		if log == nil {
@@ -201,7 +191,6 @@ func openWithMigrationBatch(path string, o StoreOptions, batch int) (*Store, err
 		}
 	}
 	s.pagesAtOpen = pagesWritten(db)
-	s.commits.Store(0) // opening's own (folding the journal) are not the caller's
 	return s, nil
 }
 
@@ -419,7 +408,6 @@ func (s *Store) update(seal int64, fn func(*Tx) error) (err error) {
 	committed := false
 	defer func() {
 		if !committed {
-			s.abortJournal(t)
 			btx.Rollback()
 			s.blobs.abort(t.w)
 		}
@@ -439,7 +427,6 @@ func (s *Store) update(seal int64, fn func(*Tx) error) (err error) {
 	}
 	committed = true
 	s.commits.Add(1)
-	s.commitJournal(t)
 	s.parts.commit(t.notes)
 	s.blobs.commit(t.w, dead)
 	return nil
@@ -452,7 +439,7 @@ func (s *Store) prepareCommit(t *Tx) (dead []uint64, err error) {
 	if t.failed != nil {
 		return nil, t.failed
 	}
-	if err := t.journalParts(); err != nil {
+	if err := t.flushParts(); err != nil {
 		return nil, err
 	}
 	return s.blobs.flush(t)
@@ -462,9 +449,6 @@ func (s *Store) prepareCommit(t *Tx) (dead []uint64, err error) {
 func (s *Store) View(fn func(*Tx) error) error {
 	s.blobs.gc.RLock()
 	defer s.blobs.gc.RUnlock()
-	if j := s.journal; j != nil {
-		defer j.leave(j.enter())
-	}
 	return s.db.View(func(btx *bolt.Tx) error { return fn(newTx(btx, s)) })
 }
 
@@ -498,10 +482,6 @@ func (s *Store) Digest() (applied uint64, digest string, err error) {
 					// Its fields in one form whatever form it is stored
 					// in, without the references it holds:
 					// digestSegments hashes them with the bucket's.
-					// The record is the journal's when it holds a newer one.
-					if rec, ok := t.journalRecord(k); ok {
-						v = rec
-					}
 					var p Partition
 					if err := p.unmarshal(k, v); err != nil {
 						return err
@@ -588,12 +568,8 @@ func (t *Tx) digestSegments(write func([]byte)) error {
 // which is what lets a savepoint undo a failed command without aborting the
 // other commands sharing the bbolt transaction.
 type Tx struct {
-	tx    *bolt.Tx
-	store *Store
-	// id is bbolt's transaction id: for a read transaction the last
-	// commit it sees, for the write transaction the one it will commit
-	// as (bbolt answers -1 once the transaction has ended).
-	id      uint64
+	tx      *bolt.Tx
+	store   *Store
 	w       *blobTx // nil in a read transaction
 	buckets [len(bucketOrder)]*bolt.Bucket
 	// cursors serve get: bbolt's Get makes a cursor per call and grows its
@@ -616,12 +592,6 @@ type Tx struct {
 	// failed is an error met where none could be returned (Savepoint):
 	// the transaction must not commit.
 	failed error
-	// journaled says the transaction journaled partition records, folds
-	// how many journaled transactions it folded (journal.go).
-	journaled bool
-	folds     int
-	// foldAll folds every journaled transaction (foldEverything).
-	foldAll bool
 	// keyBuf and slab spare an allocation per small row on hot paths
 	// (scratchKey8, value).
 	keyBuf []byte
@@ -674,7 +644,6 @@ const (
 	bTxGone
 	bTxGoneAt
 	bDiscoveryRR
-	bPJournal
 )
 
 var bucketOrder = [...][]byte{
@@ -692,12 +661,10 @@ var bucketOrder = [...][]byte{
 	bTxGone: bucketTxGone, bTxGoneAt: bucketTxGoneAt,
 	// Round robin across the queues of discovery pops (discovery.go).
 	bDiscoveryRR: bucketDiscoveryRR,
-	// The partition journal (journal.go).
-	bPJournal: bucketPJournal,
 }
 
 func newTx(btx *bolt.Tx, s *Store) *Tx {
-	return &Tx{tx: btx, store: s, id: uint64(btx.ID())}
+	return &Tx{tx: btx, store: s}
 }
 
 // bucket opens bucket b on first use: a transaction touches a few of the
@@ -765,11 +732,6 @@ func (t *Tx) cursor(b int) *bolt.Cursor {
 }
 
 func (t *Tx) put(b int, key, val []byte) error {
-	if b == bParts {
-		if err := t.materialize(key); err != nil {
-			return err
-		}
-	}
 	if t.depth > 0 {
 		t.record(b, key)
 	}
@@ -783,11 +745,6 @@ func (t *Tx) put(b int, key, val []byte) error {
 }
 
 func (t *Tx) del(b int, key []byte) error {
-	if b == bParts {
-		if err := t.materialize(key); err != nil {
-			return err
-		}
-	}
 	if t.depth > 0 {
 		t.record(b, key)
 	}
@@ -1017,7 +974,7 @@ func (t *Tx) partitionAt(key []byte) (*Partition, error) {
 	if ok || err != nil {
 		return p, err
 	}
-	v := t.storedPartition(key)
+	v := t.get(bParts, key)
 	if v == nil {
 		return nil, nil
 	}
@@ -1087,22 +1044,15 @@ func (t *Tx) PutPartition(p *Partition) error {
 // ForEachPartition calls fn for the queue's partitions in name order,
 // starting at the first name >= from, until fn returns false.
 func (t *Tx) ForEachPartition(qid uint64, from string, fn func(*Partition) (bool, error)) error {
+	if err := t.flushParts(); err != nil {
+		return err
+	}
 	prefix := be64(qid)
 	c := t.bucket(bParts).Cursor()
 	for k, v := c.Seek(key8(qid, []byte(from))); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-		// The bucket names every partition (creating and deleting one
-		// write it); the record is this transaction's or the journal's
-		// when either holds a newer one (partcache.go, journal.go).
 		p := new(Partition)
-		if n := t.parts[string(k)]; n != nil && n.known {
-			*p = n.p
-		} else {
-			if rec, ok := t.journalRecord(k); ok {
-				v = rec
-			}
-			if err := p.unmarshal(k, v); err != nil {
-				return err
-			}
+		if err := p.unmarshal(k, v); err != nil {
+			return err
 		}
 		if more, err := fn(p); err != nil || !more {
 			return err

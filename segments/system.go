@@ -122,7 +122,7 @@ func (t *Tx) DeleteBufferedPush(b *BufferedPush) error {
 // file. Every other bucket missing from a snapshot means it is damaged.
 var bucketsAddedLater = [][]byte{bucketTraces, bucketTraceNames, bucketTraceOrder, bucketPushBuffer,
 	bucketStreamQueries, bucketStreamNames, bucketStreamSources, bucketStreamState, bucketTxGone, bucketTxGoneAt,
-	bucketDiscoveryRR, bucketPJournal}
+	bucketDiscoveryRR}
 
 func addedLater(name []byte) bool {
 	for _, b := range bucketsAddedLater {
