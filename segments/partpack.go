@@ -64,26 +64,26 @@ func (p *Partition) marshal() []byte {
 // bytes, checked by the caller).
 func (p *Partition) unmarshalCompact(k, b []byte) error {
 	r := fieldReader{b: b[1:]}
-	p.ID = r.uvarint()
-	copy(p.UUID[:], r.take(16))
-	p.CreatedAt = r.varint()
-	p.NextOffset = r.uvarint()
-	p.FirstOffset = p.NextOffset - uint64(r.varint())
-	p.Messages = r.uvarint()
-	p.Bytes = r.uvarint()
-	p.Segments = r.uvarint()
-	p.LastCreatedAt = p.CreatedAt + r.varint()
-	behind := r.uvarint()
+	p.ID = r.uvarint("ID")
+	copy(p.UUID[:], r.take(16, "UUID"))
+	p.CreatedAt = r.varint("CreatedAt")
+	p.NextOffset = r.uvarint("NextOffset")
+	p.FirstOffset = p.NextOffset - uint64(r.varint("FirstOffset"))
+	p.Messages = r.uvarint("Messages")
+	p.Bytes = r.uvarint("Bytes")
+	p.Segments = r.uvarint("Segments")
+	p.LastCreatedAt = p.CreatedAt + r.varint("LastCreatedAt")
+	behind := r.uvarint("IDsIndexedFrom")
 	p.IDsIndexedFrom = p.NextOffset - behind
 	p.WindowMark, p.WindowCount, p.WindowFirst = 0, 0, 0
-	switch w := r.take(1); {
+	switch w := r.take(1, "window flag"); {
 	case r.err != nil:
 	case w[0] == 1:
-		p.WindowMark = p.LastCreatedAt - r.varint()
-		p.WindowCount = r.uvarint()
-		p.WindowFirst = p.NextOffset - uint64(r.varint())
+		p.WindowMark = p.LastCreatedAt - r.varint("WindowMark")
+		p.WindowCount = r.uvarint("WindowCount")
+		p.WindowFirst = p.NextOffset - uint64(r.varint("WindowFirst"))
 	case w[0] != 0:
-		r.fail("an unknown window flag")
+		r.fail(fmt.Sprintf("window flag %d unknown", w[0]))
 	}
 	if r.err == nil && behind > p.NextOffset {
 		r.fail("IDsIndexedFrom past the next offset")
@@ -101,8 +101,8 @@ func (p *Partition) unmarshalCompact(k, b []byte) error {
 	return checkRecent(p.ID, p.recent)
 }
 
-// fieldReader reads a record's varints in order; the first failure sticks
-// and later reads return zero.
+// fieldReader reads a record's fields in order; the first failure sticks,
+// naming its field, and later reads return zero.
 type fieldReader struct {
 	b   []byte
 	err error
@@ -114,32 +114,27 @@ func (r *fieldReader) fail(what string) {
 	}
 }
 
-func (r *fieldReader) uvarint() uint64 {
+func (r *fieldReader) uvarint(field string) uint64 { return readVar(r, field, binary.Uvarint) }
+
+func (r *fieldReader) varint(field string) int64 { return readVar(r, field, binary.Varint) }
+
+// readVar reads one varint with decode (binary.Uvarint or binary.Varint).
+func readVar[T int64 | uint64](r *fieldReader, field string, decode func([]byte) (T, int)) T {
 	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(r.b)
+	v, n := decode(r.b)
 	if n <= 0 {
-		r.fail("a field cut short or malformed")
+		r.fail(field + " cut short or malformed")
 		return 0
 	}
 	r.b = r.b[n:]
 	return v
 }
 
-// varint undoes binary.AppendVarint's zigzag over the uvarint it wrote.
-func (r *fieldReader) varint() int64 {
-	u := r.uvarint()
-	x := int64(u >> 1)
-	if u&1 != 0 {
-		x = ^x
-	}
-	return x
-}
-
-func (r *fieldReader) take(n int) []byte {
+func (r *fieldReader) take(n int, field string) []byte {
 	if r.err != nil || len(r.b) < n {
-		r.fail("the UUID or the window flag cut short")
+		r.fail(field + " cut short")
 		return make([]byte, n)
 	}
 	v := r.b[:n]

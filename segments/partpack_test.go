@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -75,6 +76,13 @@ func TestCompactRecordCorrupt(t *testing.T) {
 			t.Errorf("record cut to %d of %d bytes: %v", n, len(full), err)
 		}
 	}
+	// The error names the field the record ends in.
+	idLen := uvarintLen(p.ID)
+	for n, field := range map[int]string{1: "ID", 1 + idLen + 5: "UUID", 1 + idLen + 16: "CreatedAt", len(full) - 1: "WindowFirst"} {
+		if err := got.unmarshal(k, full[:n]); err == nil || !strings.Contains(err.Error(), field+" cut short") {
+			t.Errorf("record cut to %d bytes: %v, want it to name %s", n, err, field)
+		}
+	}
 	flagAt := len(full) - 1 - varintLen(int64(p.LastCreatedAt-p.WindowMark)) - uvarintLen(p.WindowCount) - varintLen(int64(p.NextOffset-p.WindowFirst))
 	if full[flagAt] != 1 {
 		t.Fatalf("window flag not at %d of %x", flagAt, full)
@@ -101,6 +109,9 @@ func TestCompactRecordCorrupt(t *testing.T) {
 		if err := got.unmarshal(tc.key, tc.rec); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: %v", tc.name, err)
 		}
+	}
+	if err := got.unmarshal(k, bad); err == nil || !strings.Contains(err.Error(), "window flag 2 unknown") {
+		t.Errorf("window flag 2: %v, want it named", err)
 	}
 }
 
