@@ -34,7 +34,7 @@ const partCacheMax = 16384
 // cache, so bbolt's writer lock orders every access; it takes no lock of its
 // own.
 type partCache struct {
-	m map[string]*Partition
+	m map[string]*cachedPart
 	// ring holds the keys in insertion order; the oldest is evicted when the
 	// cache is full. A key dropped from m may linger in ring: evicting it
 	// later only costs a miss.
@@ -48,14 +48,21 @@ type partCache struct {
 	noted int
 }
 
-func newPartCache(max int) *partCache {
-	return &partCache{m: make(map[string]*Partition), max: max}
+// cachedPart is one cached record with its key: a transaction that notes
+// the key takes the string from here rather than copying it again.
+type cachedPart struct {
+	key string
+	p   Partition
 }
 
-// add keeps p (owned by the cache from now on) as key's committed record.
+func newPartCache(max int) *partCache {
+	return &partCache{m: make(map[string]*cachedPart), max: max}
+}
+
+// add keeps a copy of p as key's committed record.
 func (c *partCache) add(key string, p *Partition) {
-	if _, ok := c.m[key]; ok {
-		c.m[key] = p
+	if e, ok := c.m[key]; ok {
+		e.p = *p
 		return
 	}
 	if len(c.ring) < c.max {
@@ -65,7 +72,7 @@ func (c *partCache) add(key string, p *Partition) {
 		c.ring[c.next] = key
 		c.next = (c.next + 1) % c.max
 	}
-	c.m[key] = p
+	c.m[key] = &cachedPart{key: key, p: *p}
 }
 
 // partNote is what a write transaction knows of a partition record it
@@ -85,7 +92,7 @@ type partNote struct {
 	// note lives: only a miss fills the cache (partitionCached), and a
 	// noted key never misses. An eviction may orphan it, and then the
 	// update reaches nothing, which costs a later miss.
-	slot *Partition
+	slot *cachedPart
 }
 
 // commit applies a committed transaction's notes: a record it stored
@@ -100,9 +107,11 @@ func (c *partCache) commit(notes []*partNote) {
 		case !n.known:
 			delete(c.m, n.key)
 		case n.slot != nil:
-			*n.slot = n.p
+			n.slot.p = n.p
 		default:
-			c.add(n.key, &n.p) // the transaction is over: the note is the cache's now
+			// A copy: notes are carved from the transaction's blocks
+			// (newNote), which the cache must not keep alive.
+			c.add(n.key, &n.p)
 		}
 	}
 }
@@ -123,16 +132,43 @@ func (t *Tx) partitionCached(key []byte) (p *Partition, ok, fill bool, err error
 			return nil, false, false, nil // written here, not by PutPartition: read the bucket
 		}
 		src, pending = &n.p, n.pending
-	} else if src = c.m[string(key)]; src == nil {
+	} else if e := c.m[string(key)]; e != nil {
+		src = &e.p
+	} else {
 		return nil, false, true, nil
 	}
-	cp := *src
+	cp := t.newPart()
+	*cp = *src
 	if t.store.verifyCache && !pending {
-		if err := t.verifyPartition(key, &cp); err != nil {
+		if err := t.verifyPartition(key, cp); err != nil {
 			return nil, false, false, err
 		}
 	}
-	return &cp, true, false, nil
+	return cp, true, false, nil
+}
+
+// newPart is a zeroed record for a load to copy into, and newNote a zeroed
+// note: both are carved from blocks, since over 10,000 partitions nearly
+// every message loads and notes a record of its own, two allocations a
+// message otherwise. A block lives as long as the transaction, or a
+// caller's copy; the cache never points into one (commit copies).
+func (t *Tx) newPart() *Partition { return carve(&t.partBlock, t.carveSize()) }
+
+func (t *Tx) newNote() *partNote { return carve(&t.noteBlock, t.carveSize()) }
+
+// carveSize is how many a new block holds: as many records as the last
+// transaction noted (over 8 partitions a few, over 10,000 hundreds), within
+// bounds that keep a block under about 50 KB.
+func (t *Tx) carveSize() int { return min(max(t.store.parts.noted, 8), 256) }
+
+func carve[T any](block *[]T, size int) *T {
+	b := *block
+	if len(b) == cap(b) {
+		b = make([]T, 0, size)
+	}
+	b = b[:len(b)+1]
+	*block = b
+	return &b[len(b)-1]
 }
 
 // note is the transaction's note for key, made on first use.
@@ -145,8 +181,12 @@ func (t *Tx) note(key []byte) *partNote {
 		t.parts = make(map[string]*partNote, hint)
 		t.notes = make([]*partNote, 0, hint)
 	}
-	n := &partNote{key: string(key)} // one copy for the map and the note
-	n.slot = t.store.parts.m[n.key]
+	n := t.newNote()
+	if e := t.store.parts.m[string(key)]; e != nil {
+		n.key, n.slot = e.key, e // the cache's copy of the key serves the note too
+	} else {
+		n.key = string(key) // one copy for the map and the note
+	}
 	t.parts[n.key] = n
 	t.notes = append(t.notes, n)
 	return n
@@ -209,7 +249,7 @@ func (t *Tx) flushParts() error {
 	for _, n := range due {
 		kb := t.value(len(n.key)) // carved from a block: a key a record
 		copy(kb, n.key)
-		if err := bk.Put(kb, n.p.marshal()); err != nil {
+		if err := bk.Put(kb, t.carveRecord(&n.p, len(due))); err != nil {
 			return fmt.Errorf("put %s: %w", bucketParts, err)
 		}
 		n.pending = false
@@ -236,4 +276,21 @@ func (t *Tx) verifyPartition(key []byte, cached *Partition) error {
 		return fmt.Errorf("partition cache disagrees with the record stored under %q: cached %x, stored %x", key, c, s)
 	}
 	return nil
+}
+
+// carveRecord encodes p into the transaction's block of record values
+// (bbolt keeps a value until the commit), which is made for about n
+// records: over 10,000 partitions flushParts writes nearly a record a
+// message.
+func (t *Tx) carveRecord(p *Partition, n int) []byte {
+	// room fits any record (sixteen references packed take about 200
+	// bytes); a record that outgrows it only makes append copy the block.
+	const room, average, most = 1 << 10, 128, 32 << 10
+	if cap(t.recBlock)-len(t.recBlock) < room {
+		t.recBlock = make([]byte, 0, min(room+n*average, most))
+	}
+	start := len(t.recBlock)
+	t.recBlock = p.appendMarshal(t.recBlock)
+	// Capped: nothing appended to the block later may reach into it.
+	return t.recBlock[start:len(t.recBlock):len(t.recBlock)]
 }

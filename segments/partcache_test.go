@@ -172,7 +172,7 @@ func TestPartitionCacheEvictsOldest(t *testing.T) {
 		}
 	}
 	c.add("4", &Partition{ID: 40}) // an update neither grows nor evicts
-	if len(c.m) != 3 || c.m["4"].ID != 40 || c.m["2"] == nil {
+	if len(c.m) != 3 || c.m["4"].p.ID != 40 || c.m["2"] == nil {
 		t.Fatalf("update of a cached key: %v", c.m)
 	}
 }

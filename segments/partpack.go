@@ -37,7 +37,11 @@ const compactHint = 52
 // round-trips whatever its relation to the others; IDsIndexedFrom never
 // passes NextOffset (idmark.go), so its difference is unsigned.
 func (p *Partition) marshal() []byte {
-	b := make([]byte, 0, compactHint+p.recentCount()*packedEntryHint)
+	return p.appendMarshal(make([]byte, 0, compactHint+p.recentCount()*packedEntryHint))
+}
+
+// appendMarshal appends p's record to b.
+func (p *Partition) appendMarshal(b []byte) []byte {
 	b = append(b, recordCompact)
 	b = binary.AppendUvarint(b, p.ID)
 	b = append(b, p.UUID[:]...)

@@ -589,6 +589,11 @@ type Tx struct {
 	notes    []*partNote
 	pending  bool
 	flushing []*partNote
+	// partBlock, noteBlock and recBlock are the blocks loads, notes and
+	// flushed records are carved from (newPart, newNote, carveRecord).
+	partBlock []Partition
+	noteBlock []partNote
+	recBlock  []byte
 	// failed is an error met where none could be returned (Savepoint):
 	// the transaction must not commit.
 	failed error
@@ -983,8 +988,7 @@ func (t *Tx) partitionAt(key []byte) (*Partition, error) {
 		return nil, err
 	}
 	if fill {
-		cp := *p
-		t.store.parts.add(string(key), &cp)
+		t.store.parts.add(string(key), p) // a copy: p is the caller's
 	}
 	return p, nil
 }
