@@ -232,6 +232,10 @@ func (t *Tx) deferPart(key []byte, p *Partition) bool {
 	return true
 }
 
+// recordRoom fits any partition record's encoding: sixteen packed
+// references and the fields take a few hundred bytes.
+const recordRoom = 1 << 10
+
 // flushParts writes every pending partition record to the bucket, in key
 // order (so that nodes applying the same log lay their pages out alike).
 func (t *Tx) flushParts() error {
@@ -249,7 +253,9 @@ func (t *Tx) flushParts() error {
 	for _, n := range due {
 		kb := t.value(len(n.key)) // carved from a block: a key a record
 		copy(kb, n.key)
-		if err := bk.Put(kb, t.carveRecord(&n.p, len(due))); err != nil {
+		// Encoded into the transaction's block of values: over 10,000
+		// partitions this writes nearly a record a message.
+		if err := bk.Put(kb, t.encodedValue(recordRoom, n.p.appendMarshal)); err != nil {
 			return fmt.Errorf("put %s: %w", bucketParts, err)
 		}
 		n.pending = false
@@ -276,21 +282,4 @@ func (t *Tx) verifyPartition(key []byte, cached *Partition) error {
 		return fmt.Errorf("partition cache disagrees with the record stored under %q: cached %x, stored %x", key, c, s)
 	}
 	return nil
-}
-
-// carveRecord encodes p into the transaction's block of record values
-// (bbolt keeps a value until the commit), which is made for about n
-// records: over 10,000 partitions flushParts writes nearly a record a
-// message.
-func (t *Tx) carveRecord(p *Partition, n int) []byte {
-	// room fits any record (sixteen references packed take about 200
-	// bytes); a record that outgrows it only makes append copy the block.
-	const room, average, most = 1 << 10, 128, 32 << 10
-	if cap(t.recBlock)-len(t.recBlock) < room {
-		t.recBlock = make([]byte, 0, min(room+n*average, most))
-	}
-	start := len(t.recBlock)
-	t.recBlock = p.appendMarshal(t.recBlock)
-	// Capped: nothing appended to the block later may reach into it.
-	return t.recBlock[start:len(t.recBlock):len(t.recBlock)]
 }

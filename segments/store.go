@@ -589,16 +589,15 @@ type Tx struct {
 	notes    []*partNote
 	pending  bool
 	flushing []*partNote
-	// partBlock, noteBlock and recBlock are the blocks loads, notes and
-	// flushed records are carved from (newPart, newNote, carveRecord).
+	// partBlock and noteBlock are the blocks loads and notes are carved
+	// from (newPart, newNote).
 	partBlock []Partition
 	noteBlock []partNote
-	recBlock  []byte
 	// failed is an error met where none could be returned (Savepoint):
 	// the transaction must not commit.
 	failed error
 	// keyBuf and slab spare an allocation per small row on hot paths
-	// (scratchKey8, value).
+	// (scratchKey8, value, encodedValue).
 	keyBuf []byte
 	slab   []byte
 	// scratch holds the blob a ScanTxIDs step reads from a file, reused
@@ -701,21 +700,42 @@ func (t *Tx) scratchKey8(id uint64, suffix string) []byte {
 	return k
 }
 
+// slabBlock is the size of the blocks small values are carved from.
+const slabBlock = 8 << 10
+
 // value returns n zeroed bytes for a value to store. bbolt keeps a stored
 // value's slice until the commit, so it must not be reused; small ones are
 // carved from a shared block instead of allocated one by one.
 func (t *Tx) value(n int) []byte {
-	const block = 8 << 10
-	if n > block/16 {
+	if n > slabBlock/16 {
 		return make([]byte, n)
 	}
-	if len(t.slab)+n > cap(t.slab) {
-		t.slab = make([]byte, 0, block)
-	}
-	v := t.slab[len(t.slab) : len(t.slab)+n : len(t.slab)+n]
-	t.slab = t.slab[:len(t.slab)+n]
-	return v
+	start := t.slabRoom(n)
+	t.slab = t.slab[:start+n]
+	return t.slabCut(start)
 }
+
+// encodedValue is value for an encoding whose length is known only once
+// written: enc appends it to the block, which has room bytes free (an
+// encoding longer than that only makes append move the block).
+func (t *Tx) encodedValue(room int, enc func([]byte) []byte) []byte {
+	start := t.slabRoom(room)
+	t.slab = enc(t.slab)
+	return t.slabCut(start)
+}
+
+// slabRoom starts a new block unless the slab has n bytes free, and returns
+// where the next value starts.
+func (t *Tx) slabRoom(n int) int {
+	if len(t.slab)+n > cap(t.slab) {
+		t.slab = make([]byte, 0, slabBlock)
+	}
+	return len(t.slab)
+}
+
+// slabCut is the slab from start to its end as one value, capped so that
+// nothing carved later reaches into it.
+func (t *Tx) slabCut(start int) []byte { return t.slab[start:len(t.slab):len(t.slab)] }
 
 func (t *Tx) get(b int, key []byte) []byte {
 	// What bbolt's Get answers: the value stored under exactly key, nil if
