@@ -39,7 +39,8 @@ this checkout's bin/crownctl for both, built if missing. Starts one fresh
 three-node cluster of each build (A on ports $HTTP_BASE-$((HTTP_BASE + 2)), B ten above),
 then runs N pairs: in each, against each cluster in turn (A first in odd
 pairs, B first in even ones), a produce-only run and a consume-only run of
-the messages it stored (each pair a queue of its own). A report line a run:
+the messages it stored (the same queue every time: the load generator names
+it by --prefix, and its group consumes each run's messages). A report line a run:
 pair, build, produce msg/s, servers' CPU us a produced message, consume
 msg/s, servers' CPU us a consumed message. Then, for each figure, the
 geometric mean of B/A over the pairs with a 95 % interval (normal
