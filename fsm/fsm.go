@@ -312,11 +312,7 @@ func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
 func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	results := make([]any, len(logs))
 	events := &Events{}
-	first, last := logs[0].Index, logs[len(logs)-1].Index
-	// The batch's answers and events are final once its commands are
-	// applied; its commit goes on while Raft brings the next batch (and
-	// every read of the state waits for it: segments.Store.UpdatePipelined).
-	err := f.updatePipelined(func(tx *segments.Tx) error {
+	err := f.update(func(tx *segments.Tx) error {
 		applied := tx.Applied()
 		first := applied
 		now := tx.Now()
@@ -336,20 +332,15 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		must(tx.SetNow(now))
 		must(counters.store(tx))
 		return tx.SetApplied(applied)
-	}, func(err error) {
-		if err != nil {
-			// Answers went out for entries whose commit failed: the state
-			// file no longer matches what the node answered, so the node
-			// stops, and on restart replays them from the log.
-			panic(fmt.Errorf("fsm: commit of entries %d..%d failed, state machine stopped: %w", first, last, err))
-		}
 	})
 	if errors.Is(err, errNothing) {
 		return results
 	}
 	if err != nil {
-		panic(fmt.Errorf("fsm: apply of entries %d..%d failed, state machine stopped: %w", first, last, err))
+		panic(fmt.Errorf("fsm: commit of entries %d..%d failed, state machine stopped: %w",
+			logs[0].Index, logs[len(logs)-1].Index, err))
 	}
+	last := logs[len(logs)-1].Index
 	f.setApplied(last)
 	events.Index = last
 	f.notify(events)
@@ -358,16 +349,14 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 
 var errNothing = errors.New("nothing to apply")
 
-// updatePipelined runs a write transaction with the store pinned against
-// Restore while fn runs; its commit is left to finish on its own, and done
-// gets its outcome. Restore and Close wait for it.
-func (f *FSM) updatePipelined(fn func(tx *segments.Tx) error, done func(error)) error {
+// update runs a write transaction with the store pinned against Restore.
+func (f *FSM) update(fn func(tx *segments.Tx) error) error {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.store == nil {
 		return f.closedErr()
 	}
-	return f.store.UpdatePipelined(fn, done)
+	return f.store.Update(fn)
 }
 
 // closedErr says why there is no store; f.mu must be held.
@@ -545,10 +534,6 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 func (f *FSM) swapIn(tmp string) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.store != nil {
-		// The last batch's commit may still be writing the current file.
-		f.store.Settle()
-	}
 	// Rename before letting the current store go: if the rename fails, the
 	// current state stays whole and in use. After it, the current store
 	// still reads its file through its open descriptors.

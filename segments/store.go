@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,11 +35,6 @@ type Store struct {
 	// opened (WriteStats).
 	commits     atomic.Uint64
 	pagesAtOpen int64
-	// pending is closed once the commit an UpdatePipelined handed off has
-	// finished (nil when none was); pendingMu guards the field, not the
-	// commit. Every other entry to the database waits for it (settle).
-	pendingMu sync.Mutex
-	pending   chan struct{}
 }
 
 // WriteStats counts what a store's write transactions wrote since it opened.
@@ -59,10 +53,8 @@ func (w WriteStats) Plus(o WriteStats) WriteStats {
 	return WriteStats{Commits: w.Commits + o.Commits, Pages: w.Pages + o.Pages}
 }
 
-// WriteStats reports the store's write transactions since it opened, the
-// pipelined one before the call included.
+// WriteStats reports the store's write transactions since it opened.
 func (s *Store) WriteStats() WriteStats {
-	s.settle()
 	return WriteStats{Commits: s.commits.Load(), Pages: uint64(pagesWritten(s.db) - s.pagesAtOpen)}
 }
 
@@ -361,7 +353,6 @@ func unshareBlobFile(path string, size int64) (*os.File, error) {
 
 // Close flushes the file to disk and closes it.
 func (s *Store) Close() error {
-	s.settle()
 	s.writeback.close()
 	berr := s.blobs.close()
 	if err := s.db.Sync(); err != nil {
@@ -379,10 +370,7 @@ func (s *Store) Path() string { return s.path }
 
 // Sync forces the database file to disk (blob files are synced by the
 // commits that write them when the store syncs at all).
-func (s *Store) Sync() error {
-	s.settle()
-	return s.db.Sync()
-}
+func (s *Store) Sync() error { return s.db.Sync() }
 
 // Update runs fn in a write transaction, committed when fn returns nil. The
 // blobs fn appended are written to their file first, so a committed
@@ -411,107 +399,37 @@ func (s *Store) SealActive(min int64) error {
 
 var errNothingToSeal = errors.New("the active blob file is below the size to seal")
 
-func (s *Store) update(seal int64, fn func(*Tx) error) error {
-	t, err := s.write(seal, fn)
-	if err != nil {
-		return err
-	}
-	return s.commit(t)
-}
-
-// UpdatePipelined runs fn in a write transaction like Update, but hands the
-// commit to a goroutine of its own and returns as soon as fn has: it
-// returns fn's error (and the transaction is rolled back) or nil, and then
-// done gets the commit's outcome, on the committing goroutine. Until done
-// has returned, every other use of the store (Update, View, a snapshot,
-// Sync, Close, WriteStats) waits, so whatever begins after UpdatePipelined returned
-// sees its writes, as after Update.
-//
-// Why: the state machine answers a command once its batch is applied, and
-// on the leader the next batch's log write and replication take longer
-// than a commit, which over many partitions is half of applying a push
-// (writing the records, spilling and writing the dirty pages). Committing
-// while the next batch is on its way takes that half off every request's
-// path. done must not use the store: it runs before the commit counts as
-// finished.
-func (s *Store) UpdatePipelined(fn func(*Tx) error, done func(error)) error {
-	t, err := s.write(0, fn)
-	if err != nil {
-		return err
-	}
-	ch := make(chan struct{})
-	s.pendingMu.Lock()
-	s.pending = ch
-	s.pendingMu.Unlock()
-	go func() {
-		defer close(ch)
-		done(s.commit(t))
-	}()
-	return nil
-}
-
-// settle waits until the commit UpdatePipelined handed off, if any, has
-// finished and its done has returned.
-func (s *Store) settle() {
-	s.pendingMu.Lock()
-	ch := s.pending
-	s.pendingMu.Unlock()
-	if ch != nil {
-		<-ch
-	}
-}
-
-// Settle waits, like every use of the store does, until the commit of the
-// last UpdatePipelined has finished: for a caller about to replace the
-// store's files.
-func (s *Store) Settle() { s.settle() }
-
-// write begins a write transaction and runs fn in it; on any error the
-// transaction is rolled back.
-func (s *Store) write(seal int64, fn func(*Tx) error) (*Tx, error) {
-	s.settle()
+func (s *Store) update(seal int64, fn func(*Tx) error) (err error) {
 	btx, err := s.db.Begin(true)
 	if err != nil {
-		return nil, fmt.Errorf("begin write: %w", err)
+		return fmt.Errorf("begin write: %w", err)
 	}
 	t := newTx(btx, s)
-	ok := false
+	committed := false
 	defer func() {
-		if !ok { // an error, or a panic in fn
-			s.abort(t)
+		if !committed {
+			btx.Rollback()
+			s.blobs.abort(t.w)
 		}
 	}()
 	if err := s.blobs.begin(t, seal); err != nil {
-		return nil, err
-	}
-	if err := fn(t); err != nil {
-		return nil, err
-	}
-	ok = true
-	return t, nil
-}
-
-// commit writes what t kept back and commits it, or rolls it back.
-func (s *Store) commit(t *Tx) error {
-	dead, err := s.prepareCommit(t)
-	if err != nil {
-		s.abort(t)
 		return err
 	}
-	if err := t.tx.Commit(); err != nil {
-		s.abort(t)
+	if err := fn(t); err != nil {
+		return err
+	}
+	dead, err := s.prepareCommit(t)
+	if err != nil {
+		return err
+	}
+	if err := btx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
+	committed = true
 	s.commits.Add(1)
 	s.parts.commit(t.notes)
 	s.blobs.commit(t.w, dead)
 	return nil
-}
-
-// abort rolls the write transaction t back and drops its blobs.
-func (s *Store) abort(t *Tx) {
-	t.tx.Rollback()
-	s.blobs.abort(t.w)
 }
 
 // prepareCommit writes what the write transaction t kept back until its end
@@ -529,7 +447,6 @@ func (s *Store) prepareCommit(t *Tx) (dead []uint64, err error) {
 
 // View runs fn in a read transaction.
 func (s *Store) View(fn func(*Tx) error) error {
-	s.settle()
 	s.blobs.gc.RLock()
 	defer s.blobs.gc.RUnlock()
 	return s.db.View(func(btx *bolt.Tx) error { return fn(newTx(btx, s)) })
