@@ -826,3 +826,54 @@ func TestSyncedMarkerOnlyAfterASyncingOpen(t *testing.T) {
 		t.Fatalf("marker after a syncing open: %s, want synced", b)
 	}
 }
+
+// With the state file's transaction kept open across batches (Config.
+// CommitInterval), every result is the reference's, the state read between
+// batches (a View commits the open transaction first) is the reference's,
+// and so is the state a snapshot taken inside an open transaction carries.
+func TestDeterminismDeferredCommits(t *testing.T) {
+	for _, seed := range []uint64{5, 21} {
+		rec := record(t, seed, 400)
+		rng := rand.New(rand.NewPCG(seed, 99))
+		// An hour: only the batch count and reads commit, so the test decides where.
+		c, err := Open(Config{Dir: t.TempDir(), NodeID: "n1", VerifyCache: true, CommitInterval: time.Hour, CommitBatches: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		var stream []byte
+		at, batches := 0, 0
+		for i := 0; i < len(rec.logs); {
+			n := min(1+rng.IntN(6), len(rec.logs)-i)
+			res := c.ApplyBatch(rec.logs[i : i+n])
+			for j := range res {
+				if !reflect.DeepEqual(res[j], rec.results[i+j]) {
+					t.Fatalf("seed %d: entry %d: result with deferred commits differs:\n%+v\n%+v", seed, i+j+1, res[j], rec.results[i+j])
+				}
+			}
+			i += n
+			batches++
+			switch {
+			case stream == nil && i >= len(rec.logs)/2:
+				stream, at = snapshotBytes(t, c), i
+			case rng.IntN(8) == 0:
+				if idx, d := digestOf(t, c); idx != uint64(i) || d != rec.digests[i-1] {
+					t.Fatalf("seed %d: read after entry %d: index %d, digest differs: %v", seed, i, idx, d != rec.digests[i-1])
+				}
+			}
+		}
+		if w := c.StateWrites(); w.Commits >= uint64(batches) {
+			t.Fatalf("seed %d: %d commits for %d batches: nothing was deferred", seed, w.Commits, batches)
+		}
+		if _, d := digestOf(t, c); d != rec.digests[len(rec.logs)-1] {
+			t.Fatalf("seed %d: final digest differs", seed)
+		}
+		r := openFSM(t, t.TempDir(), "n2")
+		if err := r.Restore(io.NopCloser(bytes.NewReader(stream))); err != nil {
+			t.Fatal(err)
+		}
+		if idx, d := digestOf(t, r); idx != uint64(at) || d != rec.digests[at-1] {
+			t.Fatalf("seed %d: the snapshot taken inside an open transaction restores to %d, digest differs: %v", seed, idx, d != rec.digests[at-1])
+		}
+	}
+}

@@ -16,7 +16,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"time" // Config.Writeback only: nothing here reads the clock
+	"time" // Config durations only: nothing here reads the clock
 
 	"github.com/hashicorp/raft"
 
@@ -48,6 +48,13 @@ type Config struct {
 	// the offset the leader wrote (AckAt) also by the index, and fails the
 	// apply when the two differ. For tests (crownd --verify-acks).
 	VerifyAcks bool
+	// CommitInterval keeps one write transaction of the state file open
+	// across applied batches for up to this long, or until CommitBatches
+	// batches wrote to it (256 when zero), and commits it then or as soon
+	// as anything reads the state (segments.Store.UpdateDeferred;
+	// DESIGN.md, "Deferred commits"). Zero commits every batch.
+	CommitInterval time.Duration
+	CommitBatches  int
 }
 
 // FSM implements raft.FSM and raft.BatchingFSM.
@@ -180,8 +187,26 @@ func (f *FSM) dbPath() string { return filepath.Join(f.cfg.Dir, dbFile) }
 
 func (f *FSM) storeOptions() segments.StoreOptions {
 	return segments.StoreOptions{NoSync: !f.cfg.Sync, MmapSize: 1 << 30, Writeback: f.cfg.Writeback,
-		VerifyCache: f.cfg.VerifyCache, Logger: f.log}
+		VerifyCache: f.cfg.VerifyCache, Logger: f.log, Defer: f.cfg.deferOptions()}
 }
+
+// deferOptions turns CommitInterval and CommitBatches into the store's.
+func (c *Config) deferOptions() segments.DeferOptions {
+	if c.CommitInterval <= 0 {
+		return segments.DeferOptions{}
+	}
+	n := c.CommitBatches
+	if n <= 0 {
+		n = DefaultCommitBatches
+	}
+	return segments.DeferOptions{Uses: n, Linger: c.CommitInterval}
+}
+
+// DefaultCommitBatches bounds a deferred transaction's batches when
+// Config.CommitBatches is zero: it bounds the memory an open transaction
+// holds (its dirty pages and its blobs) when batches come faster than the
+// interval.
+const DefaultCommitBatches = 256
 
 // checkCrash discards a state database that may be torn: one written without
 // fsync whose last session ended in a machine crash (the boot id changed and
@@ -312,7 +337,7 @@ func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
 func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	results := make([]any, len(logs))
 	events := &Events{}
-	err := f.update(func(tx *segments.Tx) error {
+	err := f.updateDeferred(func(tx *segments.Tx) error {
 		applied := tx.Applied()
 		first := applied
 		now := tx.Now()
@@ -347,9 +372,18 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	return results
 }
 
-var errNothing = errors.New("nothing to apply")
+var errNothing = segments.ErrUnchanged
 
 // update runs a write transaction with the store pinned against Restore.
+func (f *FSM) updateDeferred(fn func(tx *segments.Tx) error) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.store == nil {
+		return f.closedErr()
+	}
+	return f.store.UpdateDeferred(fn)
+}
+
 func (f *FSM) update(fn func(tx *segments.Tx) error) error {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -403,6 +437,17 @@ func (f *FSM) View(fn func(tx *segments.Tx) error) error {
 		return f.closedErr()
 	}
 	return f.store.View(fn)
+}
+
+// viewLatest is View for a short read on a hot path: it reads the state as
+// applied without committing a deferred transaction (segments.ViewLatest).
+func (f *FSM) viewLatest(fn func(tx *segments.Tx) error) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.store == nil {
+		return f.closedErr()
+	}
+	return f.store.ViewLatest(fn)
 }
 
 // Digest hashes the state's logical content (see segments.Store.Digest).

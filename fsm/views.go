@@ -172,7 +172,7 @@ func recoverStorage(err *error) {
 // encryptionEnabled is set.
 func (f *FSM) QueueEncryption(names []string) (map[string]bool, error) {
 	out := make(map[string]bool, len(names))
-	err := f.View(func(tx *segments.Tx) (err error) {
+	err := f.viewLatest(func(tx *segments.Tx) (err error) {
 		defer recoverStorage(&err)
 		for _, n := range names {
 			if q := must1(tx.Queue(n)); q != nil {

@@ -74,15 +74,30 @@ func crashLogEntry(tx *Tx, i uint64) error {
 	return tx.PutPartition(p)
 }
 
-const crashChildEnv = "CROWN_SEGMENTS_SIGKILL_CHILD"
+const (
+	crashChildEnv = "CROWN_SEGMENTS_SIGKILL_CHILD"
+	// crashDeferEnv set makes the child apply with UpdateDeferred.
+	crashDeferEnv = "CROWN_SEGMENTS_SIGKILL_DEFER"
+)
+
+// crashDefer is how a deferring child keeps its transactions open: long
+// enough that kills land inside open transactions of several entries.
+var crashDefer = DeferOptions{Uses: 7, Linger: 15 * time.Millisecond}
 
 // crashChild is the process the test kills: it applies log entries from
 // the store's applied index on, one bbolt transaction each with the index
 // recorded in it (as the state machine does), acknowledges each on stdout
 // after its commit, and now and then seals the active file outside the
-// log (as a snapshot does). It stops by itself after a while.
-func crashChild(t *testing.T, path string) {
-	s, err := Open(path, StoreOptions{NoSync: true, BlobFileSize: 1 << 10})
+// log (as a snapshot does). It stops by itself after a while. A deferring
+// child applies each entry with UpdateDeferred and acknowledges only what
+// a commit has surely covered: once the commit count moved during the
+// apply of entry i, every entry before i.
+func crashChild(t *testing.T, path string, deferred bool) {
+	o := StoreOptions{NoSync: true, BlobFileSize: 1 << 10}
+	if deferred {
+		o.Defer = crashDefer
+	}
+	s, err := Open(path, o)
 	if err != nil {
 		fmt.Printf("open: %v\n", err)
 		os.Exit(3)
@@ -93,7 +108,12 @@ func crashChild(t *testing.T, path string) {
 	out := bufio.NewWriter(os.Stdout)
 	deadline := time.Now().Add(20 * time.Second)
 	for i := applied + 1; time.Now().Before(deadline); i++ {
-		if err := s.Update(func(tx *Tx) error {
+		apply := s.Update
+		if deferred {
+			apply = s.UpdateDeferred
+		}
+		before := s.commits.Load()
+		if err := apply(func(tx *Tx) error {
 			if err := crashLogEntry(tx, i); err != nil {
 				return err
 			}
@@ -102,7 +122,12 @@ func crashChild(t *testing.T, path string) {
 			fmt.Printf("apply %d: %v\n", i, err)
 			os.Exit(3)
 		}
-		fmt.Fprintf(out, "ack %d\n", i)
+		switch {
+		case !deferred:
+			fmt.Fprintf(out, "ack %d\n", i)
+		case s.commits.Load() != before && i > 1:
+			fmt.Fprintf(out, "ack %d\n", i-1)
+		}
 		out.Flush()
 		if rng.IntN(40) == 0 {
 			if err := s.SealActive(1); err != nil {
@@ -123,14 +148,23 @@ func crashChild(t *testing.T, path string) {
 // README "Durability": "After a process crash the files are intact (the
 // page cache survives SIGKILL) and Raft replays every entry after the
 // recorded index; segment bytes past a recorded length are cut off."
+//
+// With deferred commits (UpdateDeferred) a kill mostly lands inside a
+// transaction holding several entries: the file must then hold the last
+// committed prefix, all of it, and nothing of the open transaction.
 func TestSIGKILLedWriterRecoversByReplay(t *testing.T) {
 	if dir := os.Getenv(crashChildEnv); dir != "" {
-		crashChild(t, filepath.Join(dir, "state.db"))
+		crashChild(t, filepath.Join(dir, "state.db"), os.Getenv(crashDeferEnv) != "")
 		return
 	}
 	if testing.Short() {
 		t.Skip("starts and kills child processes")
 	}
+	t.Run("commit each", func(t *testing.T) { sigkillRounds(t, false) })
+	t.Run("deferred", func(t *testing.T) { sigkillRounds(t, true) })
+}
+
+func sigkillRounds(t *testing.T, deferred bool) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "state.db")
 	ref := openSized(t, filepath.Join(t.TempDir(), "ref.db"), 0)
@@ -139,6 +173,9 @@ func TestSIGKILLedWriterRecoversByReplay(t *testing.T) {
 	for round := range 12 {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestSIGKILLedWriterRecoversByReplay$", "-test.count=1")
 		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir)
+		if deferred {
+			cmd.Env = append(cmd.Env, crashDeferEnv+"=1")
+		}
 		stdout, err := cmd.StdoutPipe()
 		must(t, err)
 		cmd.Stderr = os.Stderr

@@ -53,6 +53,7 @@ type ReadSnapshot struct {
 // BeginSnapshot opens a read transaction for a snapshot. Until Close, no blob
 // file it references is removed.
 func (s *Store) BeginSnapshot() (*ReadSnapshot, error) {
+	s.settle()
 	s.blobs.gc.RLock()
 	tx, err := s.db.Begin(false)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,6 +36,15 @@ type Store struct {
 	// opened (WriteStats).
 	commits     atomic.Uint64
 	pagesAtOpen int64
+	// open is the write transaction UpdateDeferred left open (nil when
+	// none); openMu serialises every use of it and guards it, openUses and
+	// openTimer. Lock order: openMu before blobSet.gc and bbolt's locks
+	// (DESIGN.md). deferred is set at Open.
+	openMu    sync.Mutex
+	open      *Tx
+	openUses  int
+	openTimer *time.Timer
+	deferred  DeferOptions
 }
 
 // WriteStats counts what a store's write transactions wrote since it opened.
@@ -55,6 +65,7 @@ func (w WriteStats) Plus(o WriteStats) WriteStats {
 
 // WriteStats reports the store's write transactions since it opened.
 func (s *Store) WriteStats() WriteStats {
+	s.settle()
 	return WriteStats{Commits: s.commits.Load(), Pages: uint64(pagesWritten(s.db) - s.pagesAtOpen)}
 }
 
@@ -86,6 +97,8 @@ type StoreOptions struct {
 	// from the store's cache with the record in the bucket, and fails the
 	// load when they differ. For tests: it costs the read the cache saves.
 	VerifyCache bool
+	// Defer bounds how long UpdateDeferred keeps a write transaction open.
+	Defer DeferOptions
 	// Logger receives what the store does outside a transaction's result:
 	// a blob file it could not remove yet (it retries). Nil discards.
 	Logger *slog.Logger
@@ -173,7 +186,7 @@ func openWithMigrationBatch(path string, o StoreOptions, batch int) (*Store, err
 		db.Close()
 		return nil, err
 	}
-	s := &Store{db: db, path: path, blobs: blobs, parts: newPartCache(partCacheMax), verifyCache: o.VerifyCache}
+	s := &Store{db: db, path: path, blobs: blobs, parts: newPartCache(partCacheMax), verifyCache: o.VerifyCache, deferred: o.Defer}
 	if migrate {
 		log := o.Logger
 		if log == nil {
@@ -353,6 +366,7 @@ func unshareBlobFile(path string, size int64) (*os.File, error) {
 
 // Close flushes the file to disk and closes it.
 func (s *Store) Close() error {
+	s.settle()
 	s.writeback.close()
 	berr := s.blobs.close()
 	if err := s.db.Sync(); err != nil {
@@ -370,7 +384,10 @@ func (s *Store) Path() string { return s.path }
 
 // Sync forces the database file to disk (blob files are synced by the
 // commits that write them when the store syncs at all).
-func (s *Store) Sync() error { return s.db.Sync() }
+func (s *Store) Sync() error {
+	s.settle()
+	return s.db.Sync()
+}
 
 // Update runs fn in a write transaction, committed when fn returns nil. The
 // blobs fn appended are written to their file first, so a committed
@@ -399,38 +416,149 @@ func (s *Store) SealActive(min int64) error {
 
 var errNothingToSeal = errors.New("the active blob file is below the size to seal")
 
-func (s *Store) update(seal int64, fn func(*Tx) error) (err error) {
-	btx, err := s.db.Begin(true)
+func (s *Store) update(seal int64, fn func(*Tx) error) error {
+	s.settle()
+	t, err := s.begin(seal)
 	if err != nil {
-		return fmt.Errorf("begin write: %w", err)
-	}
-	t := newTx(btx, s)
-	committed := false
-	defer func() {
-		if !committed {
-			btx.Rollback()
-			s.blobs.abort(t.w)
-		}
-	}()
-	if err := s.blobs.begin(t, seal); err != nil {
 		return err
 	}
 	if err := fn(t); err != nil {
+		s.abort(t)
 		return err
 	}
+	return s.commit(t)
+}
+
+// begin starts a write transaction.
+func (s *Store) begin(seal int64) (*Tx, error) {
+	btx, err := s.db.Begin(true)
+	if err != nil {
+		return nil, fmt.Errorf("begin write: %w", err)
+	}
+	t := newTx(btx, s)
+	if err := s.blobs.begin(t, seal); err != nil {
+		btx.Rollback()
+		s.blobs.abort(t.w)
+		return nil, err
+	}
+	return t, nil
+}
+
+// commit writes what t kept back and commits it; on failure t is rolled
+// back.
+func (s *Store) commit(t *Tx) error {
 	dead, err := s.prepareCommit(t)
 	if err != nil {
+		s.abort(t)
 		return err
 	}
-	if err := btx.Commit(); err != nil {
+	if err := t.tx.Commit(); err != nil {
+		s.abort(t)
 		return fmt.Errorf("commit: %w", err)
 	}
-	committed = true
 	s.commits.Add(1)
 	s.parts.commit(t.notes)
 	s.blobs.commit(t.w, dead)
 	return nil
 }
+
+// abort rolls t back and drops its blobs.
+func (s *Store) abort(t *Tx) {
+	t.tx.Rollback()
+	s.blobs.abort(t.w)
+}
+
+// DeferOptions bounds how long UpdateDeferred keeps a write transaction
+// open: until Uses calls have written to it, or Linger has passed since it
+// began, whichever comes first.
+type DeferOptions struct {
+	Uses   int
+	Linger time.Duration
+}
+
+// ErrUnchanged, returned by an UpdateDeferred function, says it wrote
+// nothing: the open transaction stays as it was.
+var ErrUnchanged = errors.New("segments: nothing written")
+
+// UpdateDeferred runs fn in the write transaction it left open before, or
+// in a new one, and commits it only once DeferOptions' bound is reached or
+// another use of the store needs the state on disk (settle).
+//
+// Why: over many partitions nearly every message rewrites its partition's
+// record, a bbolt Put (a search from the root) at each commit, and the
+// leaves holding them are rewritten page by page: a fifth of the servers'
+// CPU (docs/performance.md lessons 46-49). A transaction open across many
+// batches writes each record and each leaf once however many batches
+// changed it. The Raft log, fsynced before any apply, is what makes an
+// applied batch durable, so the commit only decides how far a restart
+// replays (fsm/DESIGN.md, Durability).
+//
+// An error from fn other than ErrUnchanged rolls back every batch the
+// transaction held: the caller must stop applying (the state machine
+// panics), since the state file no longer holds what it answered.
+func (s *Store) UpdateDeferred(fn func(*Tx) error) error {
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	t := s.open
+	if t == nil {
+		var err error
+		if t, err = s.begin(0); err != nil {
+			return err
+		}
+		s.open, s.openUses = t, 0
+		if s.deferred.Linger > 0 {
+			s.openTimer = time.AfterFunc(s.deferred.Linger, s.lingered)
+		}
+	}
+	if err := fn(t); err != nil {
+		if errors.Is(err, ErrUnchanged) {
+			return err
+		}
+		s.closeOpen()
+		s.abort(t)
+		return err
+	}
+	s.openUses++
+	if s.openUses >= s.deferred.Uses {
+		return s.commitOpen()
+	}
+	return nil
+}
+
+// closeOpen forgets the open transaction; openMu is held.
+func (s *Store) closeOpen() {
+	if s.openTimer != nil {
+		s.openTimer.Stop()
+		s.openTimer = nil
+	}
+	s.open, s.openUses = nil, 0
+}
+
+// commitOpen commits the open transaction, if any; openMu is held.
+func (s *Store) commitOpen() error {
+	t := s.open
+	if t == nil {
+		return nil
+	}
+	s.closeOpen()
+	return s.commit(t)
+}
+
+func (s *Store) lingered() { s.settle() }
+
+// settle commits the transaction UpdateDeferred left open, so that what
+// begins next sees every batch applied. A failed commit panics: the
+// batches it held were answered, and the state file cannot hold them.
+func (s *Store) settle() {
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	if err := s.commitOpen(); err != nil {
+		panic(fmt.Errorf("segments: deferred commit failed, state machine stopped: %w", err))
+	}
+}
+
+// Settle commits the open transaction UpdateDeferred left, if any.
+func (s *Store) Settle() { s.settle() }
 
 // prepareCommit writes what the write transaction t kept back until its end
 // (pending partition records, then the blobs, whose files it records) and
@@ -447,9 +575,28 @@ func (s *Store) prepareCommit(t *Tx) (dead []uint64, err error) {
 
 // View runs fn in a read transaction.
 func (s *Store) View(fn func(*Tx) error) error {
+	s.settle()
 	s.blobs.gc.RLock()
 	defer s.blobs.gc.RUnlock()
 	return s.db.View(func(btx *bolt.Tx) error { return fn(newTx(btx, s)) })
+}
+
+// ViewLatest runs fn on the state as the last write left it: in the write
+// transaction UpdateDeferred left open, if there is one (holding it, so no
+// write runs meanwhile), else in a read transaction. fn must only read, and
+// briefly.
+//
+// Why: the leader reads the pushed queues' encryption switch before every
+// push; a View would commit the open transaction each time, undoing what
+// deferring its commit saves.
+func (s *Store) ViewLatest(fn func(*Tx) error) error {
+	s.openMu.Lock()
+	if t := s.open; t != nil {
+		defer s.openMu.Unlock()
+		return fn(t)
+	}
+	s.openMu.Unlock()
+	return s.View(fn)
 }
 
 // Digest hashes the logical content of every bucket, in a fixed order, with

@@ -76,6 +76,8 @@ func TestNonPositiveValuesRefused(t *testing.T) {
 		{"--commit-inflight", "0"},
 		{"--commit-inflight", "-5"},
 		{"--fsm-writeback", "-1s"},
+		{"--fsm-commit-interval", "-1ms"},
+		{"--fsm-commit-batches", "0"},
 		{"--gc-percent", "0"},
 		{"--gc-percent", "-1"},
 	} {
@@ -96,7 +98,7 @@ func TestNonPositiveValuesRefused(t *testing.T) {
 		}
 	}
 	// The values the help documents as meaningful stay accepted.
-	for _, c := range [][]string{{"--fsm-writeback", "0"}, {"--commit-linger", "-1ms"}, {"--commit-linger", "0"}} {
+	for _, c := range [][]string{{"--fsm-writeback", "0"}, {"--fsm-commit-interval", "0"}, {"--commit-linger", "-1ms"}, {"--commit-linger", "0"}} {
 		if _, err := parseConfig(append(append([]string(nil), base...), c...), noEnv, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
 			t.Errorf("crownd %v: %v, want accepted", c, err)
 		}

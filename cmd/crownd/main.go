@@ -52,22 +52,24 @@ func main() {
 
 // config is everything crownd reads from flags and the environment.
 type config struct {
-	NodeID        string
-	DataDir       string
-	HTTPAddr      string
-	HTTPAdvertise string
-	RaftAddr      string
-	RaftAdvertise string
-	Peers         []raftnode.Peer
-	Join          string
-	LogLevel      slog.Level
-	LogFormat     string
-	LeaderWait    time.Duration
-	Pprof         bool
-	RaftMetrics   bool
-	OJSStrict     bool
-	FSMSync       bool
-	FSMWriteback  time.Duration
+	NodeID            string
+	DataDir           string
+	HTTPAddr          string
+	HTTPAdvertise     string
+	RaftAddr          string
+	RaftAdvertise     string
+	Peers             []raftnode.Peer
+	Join              string
+	LogLevel          slog.Level
+	LogFormat         string
+	LeaderWait        time.Duration
+	Pprof             bool
+	RaftMetrics       bool
+	OJSStrict         bool
+	FSMSync           bool
+	FSMWriteback      time.Duration
+	FSMCommitInterval time.Duration
+	FSMCommitBatches  int
 	// VerifyAcks checks every acknowledgment's resolution a second way and
 	// stops the node at a disagreement (fsm.Config.VerifyAcks): for tests.
 	VerifyAcks bool
@@ -109,6 +111,8 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	fs.BoolVar(&c.VerifyAcks, "verify-acks", false, "testing aid: resolve every acknowledgment a second way too (the offset the leader wrote against the index, the index against a scan of the batch) and stop the node at the first disagreement; costs what the first way saves")
 	fs.BoolVar(&c.FSMSync, "fsm-sync", false, "fsync the state database on every commit (the Raft log is always fsynced; see README, Durability)")
 	fs.DurationVar(&c.FSMWriteback, "fsm-writeback", 250*time.Millisecond, "without --fsm-sync: have the kernel start writing the state's dirty pages this often, so they reach the disk in small pieces rather than bursts that stall Raft's fsyncs (0: leave it to the kernel; Linux only)")
+	fs.DurationVar(&c.FSMCommitInterval, "fsm-commit-interval", 250*time.Millisecond, "keep the state file's write transaction open across applied entries for up to this long, committing it sooner when anything reads the state: each partition record and page is written once per commit, not once per entry (0: commit every applied batch; the Raft log is the durable record either way, see README, Durability)")
+	fs.IntVar(&c.FSMCommitBatches, "fsm-commit-batches", fsm.DefaultCommitBatches, "with --fsm-commit-interval: commit the state file's open write transaction after this many applied batches at the latest")
 	fs.IntVar(&c.GCPercent, "gc-percent", defaultGCPercent, "garbage collector: let the heap grow this many percent over what was live at the last collection before the next (Go's GOGC, whose own default is 100; GOGC in the environment wins over this flag)")
 	fs.DurationVar(&c.Raft.HeartbeatTimeout, "raft-heartbeat-timeout", time.Second, "Raft heartbeat timeout: how long a follower waits for the leader before an election")
 	fs.DurationVar(&c.Raft.ElectionTimeout, "raft-election-timeout", time.Second, "Raft election timeout")
@@ -276,6 +280,12 @@ func (c *config) checkRanges() error {
 	}
 	if c.GCPercent < 1 {
 		return fmt.Errorf("--gc-percent must be at least 1, got %d (GOGC=off turns the collector off)", c.GCPercent)
+	}
+	if c.FSMCommitInterval < 0 {
+		return fmt.Errorf("--fsm-commit-interval must not be negative (0 commits every applied batch), got %v", c.FSMCommitInterval)
+	}
+	if c.FSMCommitBatches < 1 {
+		return fmt.Errorf("--fsm-commit-batches must be at least 1, got %d", c.FSMCommitBatches)
 	}
 	if c.FSMWriteback < 0 {
 		return fmt.Errorf("--fsm-writeback must not be negative (0 leaves the writeback to the kernel), got %v", c.FSMWriteback)
@@ -448,7 +458,8 @@ func runNode(c *config, log *slog.Logger) error {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 	state, err := fsm.Open(fsm.Config{Dir: filepath.Join(c.DataDir, "state"), NodeID: c.NodeID,
-		Logger: log, Sync: c.FSMSync, Writeback: c.FSMWriteback, BootID: bootID(), VerifyAcks: c.VerifyAcks})
+		Logger: log, Sync: c.FSMSync, Writeback: c.FSMWriteback, BootID: bootID(), VerifyAcks: c.VerifyAcks,
+		CommitInterval: c.FSMCommitInterval, CommitBatches: c.FSMCommitBatches})
 	if err != nil {
 		return err
 	}
