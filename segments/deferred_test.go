@@ -175,3 +175,34 @@ func TestUpdateDeferredLingerAndClose(t *testing.T) {
 		t.Fatalf("after Close the file holds applied %d, want 12", applied)
 	}
 }
+
+// A panic inside an update (recovered by the caller) rolls the open
+// transaction back as an error does and releases bbolt's writer: the next
+// update and read go on from the last commit.
+func TestUpdateDeferredPanicRollsBack(t *testing.T) {
+	s := openDeferred(t, filepath.Join(t.TempDir(), "state.db"), DeferOptions{Uses: 100})
+	applyDeferred(t, s, 1, 2)
+	view(t, s, func(*Tx) error { return nil }) // commits 1..2
+	applyDeferred(t, s, 3, 4)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the panic did not come through")
+			}
+		}()
+		_ = s.UpdateDeferred(func(tx *Tx) error {
+			if err := crashLogEntry(tx, 5); err != nil {
+				return err
+			}
+			panic("inside the apply")
+		})
+	}()
+	var applied uint64
+	view(t, s, func(tx *Tx) error { applied = tx.Applied(); return nil })
+	if applied != 2 {
+		t.Fatalf("after a panic the state is at %d, want 2", applied)
+	}
+	update(t, s, func(tx *Tx) error { return tx.SetApplied(2) }) // the writer lock was released
+	applyDeferred(t, s, 3, 9)
+	checkAccounting(t, s)
+}

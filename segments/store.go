@@ -422,11 +422,29 @@ func (s *Store) update(seal int64, fn func(*Tx) error) error {
 	if err != nil {
 		return err
 	}
-	if err := fn(t); err != nil {
+	if err := s.run(t, fn, false); err != nil {
 		s.abort(t)
 		return err
 	}
 	return s.commit(t)
+}
+
+// run calls fn on t and rolls t back if fn panics, so that a recovered
+// panic leaves neither bbolt's writer lock held nor half a batch to commit;
+// open says t is the open transaction (openMu held), which it then forgets.
+func (s *Store) run(t *Tx, fn func(*Tx) error, open bool) error {
+	ok := false
+	defer func() {
+		if !ok {
+			if open {
+				s.closeOpen()
+			}
+			s.abort(t)
+		}
+	}()
+	err := fn(t)
+	ok = true
+	return err
 }
 
 // begin starts a write transaction.
@@ -487,7 +505,7 @@ var ErrUnchanged = errors.New("segments: nothing written")
 // Why: over many partitions nearly every message rewrites its partition's
 // record, a bbolt Put (a search from the root) at each commit, and the
 // leaves holding them are rewritten page by page: a fifth of the servers'
-// CPU (docs/performance.md lessons 46-49). A transaction open across many
+// CPU (docs/performance.md lessons 46-52). A transaction open across many
 // batches writes each record and each leaf once however many batches
 // changed it. The Raft log, fsynced before any apply, is what makes an
 // applied batch durable, so the commit only decides how far a restart
@@ -510,10 +528,11 @@ func (s *Store) UpdateDeferred(fn func(*Tx) error) error {
 			s.openTimer = time.AfterFunc(s.deferred.Linger, s.lingered)
 		}
 	}
-	if err := fn(t); err != nil {
-		if errors.Is(err, ErrUnchanged) {
+	if err := s.run(t, fn, true); err != nil {
+		if errors.Is(err, ErrUnchanged) && s.openUses > 0 {
 			return err
 		}
+		// An error, or nothing written to a new transaction: nothing to keep.
 		s.closeOpen()
 		s.abort(t)
 		return err
@@ -556,9 +575,6 @@ func (s *Store) settle() {
 		panic(fmt.Errorf("segments: deferred commit failed, state machine stopped: %w", err))
 	}
 }
-
-// Settle commits the open transaction UpdateDeferred left, if any.
-func (s *Store) Settle() { s.settle() }
 
 // prepareCommit writes what the write transaction t kept back until its end
 // (pending partition records, then the blobs, whose files it records) and
