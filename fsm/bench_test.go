@@ -104,7 +104,10 @@ func benchApply(b *testing.B, m *machine, logs []*raft.Log, batchEntries int) {
 //     for up to 8 messages (segments/partcache.go);
 //   - drifted: 5 pushes an entry over partitions far apart, as on a
 //     cluster once the producers have drifted apart: about 550 messages an
-//     entry, an entry a transaction (docs/performance.md lesson 46).
+//     entry, an entry a transaction (docs/performance.md lesson 46);
+//   - drifted/deferred: the same entries with the state file's transaction
+//     kept open for 11 of them (Config.CommitInterval), about the 100 ms
+//     crownd defers a commit at the cluster's rate (lesson 52).
 //
 // pages/msg is what the state file's commits wrote a message: bbolt writes
 // each page a transaction dirtied with a pwrite of its own, and over many
@@ -113,7 +116,8 @@ func BenchmarkApplyPush(b *testing.B) {
 	const serial, side, drifted = 0, 1, 2
 	for _, shape := range []struct {
 		parts, cmds, entries, spread int
-	}{{8, 8, 4, serial}, {10000, 8, 4, serial}, {10000, 4, 1, serial}, {10000, 8, 1, side}, {10000, 5, 1, drifted}} {
+		deferred                     int // entries a commit (0: each batch commits)
+	}{{8, 8, 4, serial, 0}, {10000, 8, 4, serial, 0}, {10000, 4, 1, serial, 0}, {10000, 8, 1, side, 0}, {10000, 5, 1, drifted, 0}, {10000, 5, 1, drifted, 11}} {
 		parts := shape.parts
 		name := fmt.Sprintf("partitions=%d/tx=%d", parts, shape.cmds*shape.entries*100)
 		switch shape.spread {
@@ -122,8 +126,15 @@ func BenchmarkApplyPush(b *testing.B) {
 		case drifted:
 			name += "/drifted"
 		}
+		if shape.deferred > 0 {
+			name += "/deferred"
+		}
 		b.Run(name, func(b *testing.B) {
-			m := newMachine(b)
+			m := newMachineWith(b, func(c *Config) {
+				if shape.deferred > 0 {
+					c.CommitInterval, c.CommitBatches = time.Hour, shape.deferred
+				}
+			})
 			b.ReportAllocs()
 			n, next := 0, 0
 			var pages uint64
@@ -153,12 +164,22 @@ func BenchmarkApplyPush(b *testing.B) {
 					}
 				}
 				n++
+				if shape.deferred > 0 {
+					// StateWrites commits the open transaction: read once, below.
+					b.StartTimer()
+					benchApply(b, m, logs, shape.entries)
+					continue
+				}
 				before := m.f.StateWrites().Pages
 				b.StartTimer()
 				benchApply(b, m, logs, shape.entries)
 				b.StopTimer()
 				pages += m.f.StateWrites().Pages - before
 				b.StartTimer()
+			}
+			if shape.deferred > 0 {
+				// The last open transaction's commit is counted, not timed.
+				pages = m.f.StateWrites().Pages
 			}
 			msgs := float64(b.N * shape.cmds * shape.entries * 100)
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/msgs, "ns/msg")

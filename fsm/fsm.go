@@ -305,7 +305,8 @@ func (f *FSM) WaitApplied(ctx context.Context, index uint64) error {
 	}
 }
 
-// Subscribe registers fn to be called after every committed batch, on the
+// Subscribe registers fn to be called after every applied batch (its
+// state-file commit may be deferred: a view commits it first), on the
 // apply goroutine: it must not block.
 func (f *FSM) Subscribe(fn func(*Events)) {
 	f.obsMu.Lock()
@@ -331,9 +332,11 @@ type EntryResult struct {
 // Apply applies one log entry.
 func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
 
-// ApplyBatch applies committed entries in one bbolt transaction, recording
-// the last applied index in the same transaction. Entries at or below the
-// stored index were applied before a restart and are skipped.
+// ApplyBatch applies committed entries in the state file's write
+// transaction, recording the last applied index in the same transaction,
+// which it commits at once or, with Config.CommitInterval, later
+// (segments.Store.UpdateDeferred). Entries at or below the stored index
+// were applied before a restart and are skipped.
 func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	results := make([]any, len(logs))
 	events := &Events{}

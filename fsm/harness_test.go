@@ -20,12 +20,19 @@ type machine struct {
 	node  string
 }
 
-func newMachine(t testing.TB) *machine {
+func newMachine(t testing.TB) *machine { return newMachineWith(t, nil) }
+
+// newMachineWith is newMachine with its Config changed by set first.
+func newMachineWith(t testing.TB, set func(*Config)) *machine {
 	t.Helper()
 	// Tests check every cached partition record against the state file;
 	// benchmarks measure what a node runs.
 	_, bench := t.(*testing.B)
-	f, err := Open(Config{Dir: t.TempDir(), NodeID: "n1", VerifyCache: !bench, VerifyAcks: !bench})
+	cfg := Config{Dir: t.TempDir(), NodeID: "n1", VerifyCache: !bench, VerifyAcks: !bench}
+	if set != nil {
+		set(&cfg)
+	}
+	f, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
