@@ -377,23 +377,21 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 
 var errNothing = segments.ErrUnchanged
 
-// update runs a write transaction with the store pinned against Restore.
-func (f *FSM) updateDeferred(fn func(tx *segments.Tx) error) error {
+// onStore runs fn through one of the store's transaction methods
+// (UpdateDeferred, View, ViewLatest) with the store pinned against Restore.
+func (f *FSM) onStore(method func(*segments.Store, func(*segments.Tx) error) error, fn func(tx *segments.Tx) error) error {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.store == nil {
 		return f.closedErr()
 	}
-	return f.store.UpdateDeferred(fn)
+	return method(f.store, fn)
 }
 
-func (f *FSM) update(fn func(tx *segments.Tx) error) error {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if f.store == nil {
-		return f.closedErr()
-	}
-	return f.store.Update(fn)
+// updateDeferred applies in the write transaction the last batch left open
+// (Config.CommitInterval).
+func (f *FSM) updateDeferred(fn func(tx *segments.Tx) error) error {
+	return f.onStore((*segments.Store).UpdateDeferred, fn)
 }
 
 // closedErr says why there is no store; f.mu must be held.
@@ -434,23 +432,13 @@ func (f *FSM) applyEntry(tx *segments.Tx, l *raft.Log, now *int64, events *Event
 
 // View runs fn on a consistent read-only view of the state.
 func (f *FSM) View(fn func(tx *segments.Tx) error) error {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if f.store == nil {
-		return f.closedErr()
-	}
-	return f.store.View(fn)
+	return f.onStore((*segments.Store).View, fn)
 }
 
 // viewLatest is View for a short read on a hot path: it reads the state as
 // applied without committing a deferred transaction (segments.ViewLatest).
 func (f *FSM) viewLatest(fn func(tx *segments.Tx) error) error {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if f.store == nil {
-		return f.closedErr()
-	}
-	return f.store.ViewLatest(fn)
+	return f.onStore((*segments.Store).ViewLatest, fn)
 }
 
 // Digest hashes the state's logical content (see segments.Store.Digest).

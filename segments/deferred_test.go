@@ -36,6 +36,24 @@ func applyDeferred(t *testing.T, s *Store, from, to uint64) {
 	}
 }
 
+// referenceDigest is the digest of a store that committed crash-log entries
+// 1..n one by one.
+func referenceDigest(t *testing.T, n uint64) string {
+	t.Helper()
+	ref := openSized(t, filepath.Join(t.TempDir(), "ref.db"), 1<<10)
+	for i := uint64(1); i <= n; i++ {
+		update(t, ref, func(tx *Tx) error {
+			if err := crashLogEntry(tx, i); err != nil {
+				return err
+			}
+			return tx.SetApplied(i)
+		})
+	}
+	_, d, err := ref.Digest()
+	must(t, err)
+	return d
+}
+
 // committedApplied reads the applied index the state file holds, in a read
 // transaction of bbolt's own, without committing the open transaction as
 // View would.
@@ -57,7 +75,6 @@ func committedApplied(t *testing.T, s *Store) uint64 {
 // first, and the state it leaves is the state of committing every entry.
 func TestUpdateDeferredCommitsOnUsesAndReads(t *testing.T) {
 	s := openDeferred(t, filepath.Join(t.TempDir(), "state.db"), DeferOptions{Uses: 4})
-	ref := openSized(t, filepath.Join(t.TempDir(), "ref.db"), 1<<10)
 
 	applyDeferred(t, s, 1, 3)
 	if c := s.commits.Load(); c != 0 {
@@ -84,16 +101,7 @@ func TestUpdateDeferredCommitsOnUsesAndReads(t *testing.T) {
 	}
 
 	applyDeferred(t, s, 7, 40)
-	for i := uint64(1); i <= 40; i++ {
-		update(t, ref, func(tx *Tx) error {
-			if err := crashLogEntry(tx, i); err != nil {
-				return err
-			}
-			return tx.SetApplied(i)
-		})
-	}
-	_, want, err := ref.Digest()
-	must(t, err)
+	want := referenceDigest(t, 40)
 	if _, got, err := s.Digest(); err != nil || got != want {
 		t.Fatalf("digest after deferred commits %s (%v), want %s as committed one by one", got, err, want)
 	}
@@ -133,16 +141,7 @@ func TestUpdateDeferredErrors(t *testing.T) {
 	checkAccounting(t, s)
 	// The store goes on: replaying 4.. gives the state of the reference.
 	applyDeferred(t, s, 4, 20)
-	ref := openSized(t, filepath.Join(t.TempDir(), "ref.db"), 1<<10)
-	for i := uint64(1); i <= 20; i++ {
-		update(t, ref, func(tx *Tx) error {
-			if err := crashLogEntry(tx, i); err != nil {
-				return err
-			}
-			return tx.SetApplied(i)
-		})
-	}
-	_, want, _ := ref.Digest()
+	want := referenceDigest(t, 20)
 	if _, got, err := s.Digest(); err != nil || got != want {
 		t.Fatalf("digest after the replay %s (%v), want %s", got, err, want)
 	}
