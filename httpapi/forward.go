@@ -538,8 +538,9 @@ func (f *forwarder) catchUp(_ context.Context, resp *http.Response) {
 }
 
 // localRead waits until this node has applied every write it relayed to a
-// client, within --leader-wait; past that the read is refused with 503
-// rather than served stale.
+// client, and its Raft log's last index at start (Config.ReadFloor), within
+// --leader-wait; past that the read is refused with 503 rather than served
+// stale.
 func (s *Server) localRead(ctx context.Context) *apiError {
 	idx := s.relayed.Load()
 	if idx == 0 || s.cluster.Status().AppliedIndex >= idx {

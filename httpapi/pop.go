@@ -147,6 +147,14 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 	// (queen-api.md 3.5). Later attempts, after a wake-up, use the local
 	// state as a hint: it has caught up with whatever woke it.
 	first := true
+	if s.cluster.IsLeader() {
+		// A leader looks at its local state first: it must hold every
+		// write this node answered, a restart's replay included.
+		if aerr := s.localRead(ctx); aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+	}
 	wt := s.waiters.join(c, arrival)
 	defer s.waiters.leave(wt)
 	// park: the last look found nothing, and the pop waits to be woken

@@ -51,6 +51,13 @@ type Config struct {
 	AdvertiseURL string
 	RaftAddr     string
 	Limits       Limits
+	// ReadFloor is an index local reads (and a leader's first look for a
+	// pop) wait for this node to have applied, as they wait for the writes
+	// it relayed: crownd gives the last command in its Raft log at start
+	// (raftnode.Node.LastCommandIndex). A write acknowledged before a crash
+	// is in the log, but the state file may lack it until Raft replays it
+	// (its commits are deferred: fsm/DESIGN.md, "Deferred commits").
+	ReadFloor uint64
 	// LeaderWait bounds how long a request waits for a leader during an
 	// election before failing with 503 (default 5 s).
 	LeaderWait time.Duration
@@ -122,6 +129,7 @@ func New(cfg Config, cluster Cluster, state *fsm.FSM) *Server {
 		cfg: cfg, log: cfg.Logger.With("component", "http"), cluster: cluster, state: state,
 		waiters: newWaiters(), started: time.Now(), closing: make(chan struct{}), delivered: newDelivered(),
 	}
+	s.relayed.Store(cfg.ReadFloor)
 	s.fwd = newForwarder(s)
 	s.metrics = newMetrics(cfg.Registry, s)
 	state.Subscribe(s.waiters.notify)

@@ -593,6 +593,14 @@ func leadershipError(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
+// LastCommandIndex is the index of the last command in this node's log, or
+// what the state machine has applied if that is later: once the state
+// machine has applied it, every write this node acknowledged is applied,
+// a write answered before a restart included (its state-file commit may
+// have been deferred). A command the log held but no leader committed is
+// replaced, and its index reached, as later entries arrive.
+func (n *Node) LastCommandIndex() uint64 { return n.lastCommandAtOrBelow(n.raft.LastIndex()) }
+
 // lastCommandAtOrBelow walks back from index over the entries the state
 // machine has not applied to the last command. An entry it cannot read is
 // taken to be one.

@@ -484,6 +484,9 @@ func runNode(c *config, log *slog.Logger) error {
 		NodeID: c.NodeID, AdvertiseURL: c.HTTPAdvertise, RaftAddr: c.RaftAdvertise, LeaderWait: c.LeaderWait,
 		Hotlist: c.Hotlist, WindowBatch: c.WindowBatch, Key: c.Key, Logger: log, Registry: reg,
 		Pprof: c.Pprof, Version: version, OJSStrict: c.OJSStrict,
+		// Every write acknowledged before a crash is in the log; local
+		// reads wait until the replay has applied it.
+		ReadFloor: node.LastCommandIndex(),
 	}, node, state)
 
 	ln, err := net.Listen("tcp", c.HTTPAddr)
