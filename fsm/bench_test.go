@@ -138,6 +138,7 @@ func BenchmarkApplyPush(b *testing.B) {
 			b.ReportAllocs()
 			n, next := 0, 0
 			var pages uint64
+			start := m.f.StateWrites().Pages
 			for b.Loop() {
 				b.StopTimer()
 				var logs []*raft.Log
@@ -179,7 +180,7 @@ func BenchmarkApplyPush(b *testing.B) {
 			}
 			if shape.deferred > 0 {
 				// The last open transaction's commit is counted, not timed.
-				pages = m.f.StateWrites().Pages
+				pages = m.f.StateWrites().Pages - start
 			}
 			msgs := float64(b.N * shape.cmds * shape.entries * 100)
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/msgs, "ns/msg")

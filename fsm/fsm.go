@@ -355,13 +355,13 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 			applied = l.Index
 		}
 		if applied == first {
-			return errNothing
+			return segments.ErrUnchanged // nothing new: the open transaction stays as it was
 		}
 		must(tx.SetNow(now))
 		must(counters.store(tx))
 		return tx.SetApplied(applied)
 	})
-	if errors.Is(err, errNothing) {
+	if errors.Is(err, segments.ErrUnchanged) {
 		return results
 	}
 	if err != nil {
@@ -374,8 +374,6 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	f.notify(events)
 	return results
 }
-
-var errNothing = segments.ErrUnchanged
 
 // onStore runs fn through one of the store's transaction methods
 // (UpdateDeferred, View, ViewLatest) with the store pinned against Restore.

@@ -538,12 +538,13 @@ func (f *forwarder) catchUp(_ context.Context, resp *http.Response) {
 }
 
 // localRead waits until this node has applied every write it relayed to a
-// client, and its Raft log's last index at start (Config.ReadFloor), within
-// --leader-wait; past that the read is refused with 503 rather than served
-// stale.
+// client, and the last command its Raft log held at start
+// (Config.ReadFloor), within --leader-wait; past that the read is refused
+// with 503 rather than served stale. The check is an atomic load: a leader
+// makes it before every pop.
 func (s *Server) localRead(ctx context.Context) *apiError {
 	idx := s.relayed.Load()
-	if idx == 0 || s.cluster.Status().AppliedIndex >= idx {
+	if idx == 0 || s.state.AppliedIndex() >= idx {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.LeaderWait)

@@ -287,17 +287,7 @@ func TestPartitionCacheRandomized(t *testing.T) {
 				seq += o.n
 			}
 		}
-		_, da, err := cachedStore.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, db, err := plain.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if da != db {
-			t.Fatalf("round %d: digest with the cache %s, without %s", round, da, db)
-		}
+		sameDigest(t, cachedStore, plain, "round %d: digests differ with the cache and without", round)
 	}
 	if len(cachedStore.parts.m) > 8 {
 		t.Fatalf("cache holds %d records, bound 8", len(cachedStore.parts.m))
@@ -389,16 +379,6 @@ func TestPartitionRecordsAcrossCarvingBlocks(t *testing.T) {
 				t.Fatalf("round %d, %s: with the cache %x, without %x", r, k, a[k], v)
 			}
 		}
-		_, da, err := cached.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, db, err := plain.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if da != db {
-			t.Fatalf("round %d: digest with the cache %s, without %s", r, da, db)
-		}
+		sameDigest(t, cached, plain, "round %d: digests differ with the cache and without", r)
 	}
 }

@@ -525,7 +525,7 @@ func (s *Store) UpdateDeferred(fn func(*Tx) error) error {
 		}
 		s.open, s.openUses = t, 0
 		if s.deferred.Linger > 0 {
-			s.openTimer = time.AfterFunc(s.deferred.Linger, s.lingered)
+			s.openTimer = time.AfterFunc(s.deferred.Linger, s.settle)
 		}
 	}
 	if err := s.run(t, fn, true); err != nil {
@@ -562,8 +562,6 @@ func (s *Store) commitOpen() error {
 	s.closeOpen()
 	return s.commit(t)
 }
-
-func (s *Store) lingered() { s.settle() }
 
 // settle commits the transaction UpdateDeferred left open, so that what
 // begins next sees every batch applied. A failed commit panics: the
