@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"testing"
@@ -353,19 +354,45 @@ func BenchmarkApplyAckOffsets(b *testing.B) {
 	}
 }
 
-// BenchmarkCheckPop is the read a parked or arriving pop does before proposing.
+// BenchmarkCheckPop is the read a parked or arriving pop does before
+// proposing: in a read view (committed), inside the write transaction a
+// deferred commit left open (open), and, as given-up, the part of a look
+// that reads checkInOpenTx leased partitions inside the open transaction
+// before it gives up: how long it holds off apply.
 func BenchmarkCheckPop(b *testing.B) {
-	m := newMachine(b)
-	for c := 0; c < 8; c++ {
-		m.push(benchItems("q", 8, 800, fmt.Sprintf("f%d-", c))...)
-	}
 	l := &Lease{Scope: ScopeWildcard, Queue: "q", Group: QueueMode, Batch: 100, WindowBatch: 100}
-	b.ReportAllocs()
-	for b.Loop() {
-		if pc, err := m.f.CheckPop(l, m.now.UnixMicro(), true); err != nil || pc.Deliverable != 1 {
-			b.Fatalf("%+v %v", pc, err)
-		}
+	for _, open := range []bool{false, true} {
+		name := map[bool]string{false: "committed", true: "open"}[open]
+		b.Run(name, func(b *testing.B) {
+			m := newMachine(b)
+			if open {
+				m = newMachineWith(b, deferAll)
+			}
+			for c := 0; c < 8; c++ {
+				m.push(benchItems("q", 8, 800, fmt.Sprintf("f%d-", c))...)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if pc, err := m.f.CheckPop(l, m.now.UnixMicro(), true); err != nil || pc.Deliverable != 1 {
+					b.Fatalf("%+v %v", pc, err)
+				}
+			}
+		})
 	}
+	b.Run("given-up", func(b *testing.B) {
+		m := newMachineWith(b, deferAll)
+		m.push(benchItems("q", checkInOpenTx+1, checkInOpenTx+1, "t")...)
+		m.pop(Lease{Queue: "q", Batch: 1000, MaxPartitions: checkInOpenTx + 1, LeaseSeconds: 3600})
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			b.StopTimer()
+			m.push(benchItems("other", 1, 1, "o"+strconv.Itoa(i))...) // a fresh open transaction
+			b.StartTimer()
+			if _, err := m.f.checkPop(m.f.viewLatest, l, "", m.now.UnixMicro(), false); !errors.Is(err, errLongCheck) {
+				b.Fatalf("look over %d leased partitions: %v, want errLongCheck", checkInOpenTx+1, err)
+			}
+		}
+	})
 }
 
 // A page of the OJS queue listing over 10,000 queues: the views built for

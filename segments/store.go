@@ -601,8 +601,9 @@ func (s *Store) View(fn func(*Tx) error) error {
 // briefly.
 //
 // Why: the leader reads the pushed queues' encryption switch before every
-// push; a View would commit the open transaction each time, undoing what
-// deferring its commit saves.
+// push, and a pop looks for something to claim before it proposes; a View
+// would commit the open transaction each time, undoing what deferring its
+// commit saves.
 func (s *Store) ViewLatest(fn func(*Tx) error) error {
 	s.openMu.Lock()
 	if t := s.open; t != nil {
@@ -831,6 +832,10 @@ var bucketOrder = [...][]byte{
 func newTx(btx *bolt.Tx, s *Store) *Tx {
 	return &Tx{tx: btx, store: s}
 }
+
+// Writable reports whether t is a write transaction: a read inside one
+// (ViewLatest) holds off every write until it ends.
+func (t *Tx) Writable() bool { return t.w != nil }
 
 // bucket opens bucket b on first use: a transaction touches a few of the
 // store's buckets, and opening one is a search of the root.
