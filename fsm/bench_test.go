@@ -388,7 +388,7 @@ func BenchmarkCheckPop(b *testing.B) {
 			b.StopTimer()
 			m.push(benchItems("other", 1, 1, "o"+strconv.Itoa(i))...) // a fresh open transaction
 			b.StartTimer()
-			if _, err := m.f.checkPop(m.f.viewLatest, l, "", m.now.UnixMicro(), false); !errors.Is(err, errLongCheck) {
+			if _, _, err := m.f.checkPop(m.f.viewLatest, l, "", m.now.UnixMicro(), false); !errors.Is(err, errLongCheck) {
 				b.Fatalf("look over %d leased partitions: %v, want errLongCheck", checkInOpenTx+1, err)
 			}
 		}

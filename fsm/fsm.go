@@ -90,6 +90,8 @@ type FSM struct {
 	// acks counts how this node's applies resolved acknowledgments by
 	// transaction id (AckResolutions); it is not part of the state.
 	acks ackResolutions
+	// looks counts how pops' looks read the state (PopLooks).
+	looks popLooks
 }
 
 // ackResolutions counts acknowledgments resolved by transaction id.

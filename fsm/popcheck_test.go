@@ -53,6 +53,9 @@ func TestPopChecksReadTheOpenTransaction(t *testing.T) {
 	if w := c.StateWrites(); w.Commits != start+1 {
 		t.Fatalf("%d commits over %d batches and their looks, want 1 (StateWrites' own)", w.Commits-start, len(rec.logs))
 	}
+	if got, want := c.PopLooks(), (PopLooks{OpenTx: uint64(len(rec.logs) * len(looks) * 2)}); got != want {
+		t.Fatalf("looks counted %+v, want %+v", got, want)
+	}
 	if _, d := digestOf(t, c); d != rec.digests[len(rec.logs)-1] {
 		t.Fatal("the looks changed the state: final digest differs")
 	}
@@ -103,7 +106,11 @@ func TestLongPopCheckReadsACommittedView(t *testing.T) {
 		t.Fatalf("look with every partition leased: %+v %v, want nothing and the leases' expiry", pc, err)
 	}
 
-	// A short look stays in the open transaction.
+	if got, want := m.f.PopLooks(), (PopLooks{GaveUp: 2}); got != want {
+		t.Fatalf("looks counted %+v, want %+v: two gave up", got, want)
+	}
+	// A short look stays in the open transaction; with none open, a look
+	// reads a view, as a discovery pop's always does.
 	before = commits()
 	m.push(benchItems("other", 1, 1, "o3")...)
 	if pc, err := m.f.CheckPop(&Lease{Scope: ScopeWildcard, Queue: "other", Group: QueueMode, Batch: 1, WindowBatch: 100}, m.now.UnixMicro(), false); err != nil || pc.Deliverable != 1 {
@@ -112,5 +119,11 @@ func TestLongPopCheckReadsACommittedView(t *testing.T) {
 	m.push(benchItems("other", 1, 1, "o4")...)
 	if n := commits() - before; n != 1 {
 		t.Fatalf("%d commits, want StateWrites' alone", n)
+	}
+	other := &Lease{Scope: ScopeWildcard, Queue: "other", Group: QueueMode, Batch: 1, WindowBatch: 100}
+	m.f.CheckPop(other, m.now.UnixMicro(), false) // StateWrites committed: nothing open
+	m.f.CheckPop(&Lease{Scope: ScopeDiscovery, Group: QueueMode, Batch: 1, WindowBatch: 100}, m.now.UnixMicro(), false)
+	if got, want := m.f.PopLooks(), (PopLooks{OpenTx: 1, View: 2, GaveUp: 2}); got != want {
+		t.Fatalf("looks counted %+v, want %+v", got, want)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync/atomic"
 
 	"github.com/crownmq/crown/segments"
 )
@@ -65,12 +66,51 @@ func (f *FSM) CheckPopAs(c *Lease, principal string, now int64, count bool) (Pop
 		// undid the deferral for every consume (fsm/DESIGN.md). The
 		// look holds off apply meanwhile, so a long one (nothing to
 		// take over many partitions) gives up and reads a committed view.
-		pc, err := f.checkPop(f.viewLatest, c, principal, now, count)
+		pc, inTx, err := f.checkPop(f.viewLatest, c, principal, now, count)
 		if !errors.Is(err, errLongCheck) {
+			f.looks.count(inTx)
 			return pc, err
 		}
+		f.looks.gaveUp.Add(1)
+		pc, _, err = f.checkPop(f.View, c, principal, now, count)
+		return pc, err
 	}
-	return f.checkPop(f.View, c, principal, now, count)
+	pc, _, err := f.checkPop(f.View, c, principal, now, count)
+	f.looks.count(false)
+	return pc, err
+}
+
+// popLooks counts how this node's pop looks read the state (PopLooks);
+// it is not part of the state.
+type popLooks struct {
+	openTx, view, gaveUp atomic.Uint64
+}
+
+func (l *popLooks) count(inTx bool) {
+	if inTx {
+		l.openTx.Add(1)
+	} else {
+		l.view.Add(1)
+	}
+}
+
+// PopLooks counts, since this node started, how pops' looks (CheckPopAs)
+// read the state. Many looks giving up means pops scanning many partitions
+// with nothing to take, each of which commits the state file first.
+type PopLooks struct {
+	// OpenTx read inside the write transaction a deferred commit left open.
+	OpenTx uint64
+	// View read a committed view: no transaction was open, or the pop was a
+	// discovery pop.
+	View uint64
+	// GaveUp read checkInOpenTx partitions inside the open transaction,
+	// then a committed view (counted here, not in View).
+	GaveUp uint64
+}
+
+// PopLooks reports how this node's pop looks have read the state.
+func (f *FSM) PopLooks() PopLooks {
+	return PopLooks{OpenTx: f.looks.openTx.Load(), View: f.looks.view.Load(), GaveUp: f.looks.gaveUp.Load()}
 }
 
 // checkInOpenTx is how many partitions a pop's look reads inside the open
@@ -82,15 +122,16 @@ const checkInOpenTx = 128
 // errLongCheck stops a look that reached its partition bound.
 var errLongCheck = errors.New("pop check: partition bound reached")
 
-// checkPop is CheckPopAs's look through view. Inside a write transaction
-// it stops with errLongCheck before it reads more than checkInOpenTx
-// partitions; a read view, which holds nothing off, reads them all.
-func (f *FSM) checkPop(view func(func(*segments.Tx) error) error, c *Lease, principal string, now int64, count bool) (PopCheck, error) {
-	var pc PopCheck
-	err := view(func(tx *segments.Tx) (err error) {
+// checkPop is CheckPopAs's look through view, and whether it read a write
+// transaction. Inside one it stops with errLongCheck before it reads more
+// than checkInOpenTx partitions; a read view, which holds nothing off,
+// reads them all.
+func (f *FSM) checkPop(view func(func(*segments.Tx) error) error, c *Lease, principal string, now int64, count bool) (pc PopCheck, inTx bool, err error) {
+	err = view(func(tx *segments.Tx) (err error) {
 		defer recoverStorage(&err)
+		inTx = tx.Writable()
 		bound := checkInOpenTx
-		if !tx.Writable() {
+		if !inTx {
 			bound = 0
 		}
 		// Read in the same view as the rest: no second transaction per pop.
@@ -168,7 +209,7 @@ func (f *FSM) checkPop(view func(func(*segments.Tx) error) error, c *Lease, prin
 		}, visit)
 		return err
 	})
-	return pc, err
+	return pc, inTx, err
 }
 
 // forEachCandidate walks the queues and partitions a pop's scope covers

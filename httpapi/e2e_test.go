@@ -1162,6 +1162,7 @@ func TestHTTPUnknownRoute(t *testing.T) {
 func TestHTTPPrometheus(t *testing.T) {
 	s := newStack(t)
 	s.push(obj{"queue": "m", "payload": 1}, obj{"queue": "m", "payload": 2})
+	s.popOne("/api/v1/pop/queue/m?batch=1")
 	r := s.do(http.MethodGet, "/metrics/prometheus", nil)
 	if r.Status != http.StatusOK || !strings.HasPrefix(r.Header.Get("Content-Type"), "text/plain") {
 		t.Fatalf("%d %q", r.Status, r.Header.Get("Content-Type"))
@@ -1186,6 +1187,13 @@ func TestHTTPPrometheus(t *testing.T) {
 		"crown_state_commits_total", "crown_state_pages_written_total"} {
 		if !regexp.MustCompile(`(?m)^` + name + ` [1-9][0-9]*$`).MatchString(text) {
 			t.Errorf("%s is not positive:\n%s", name, grepLines(text, name))
+		}
+	}
+	// The stack commits its state file after every batch: the pop's look
+	// found no open transaction and read a view.
+	for read, n := range map[string]string{"open_transaction": "0", "view": "[1-9][0-9]*", "gave_up": "0"} {
+		if !regexp.MustCompile(`(?m)^crown_pop_looks_total\{read="` + read + `"\} ` + n + `$`).MatchString(text) {
+			t.Errorf("crown_pop_looks_total{read=%q} is not %s:\n%s", read, n, grepLines(text, "crown_pop_looks_total"))
 		}
 	}
 	if !regexp.MustCompile(`(?m)^crown_commit_lingered_total [0-9]+$`).MatchString(text) {

@@ -214,6 +214,7 @@ type clusterCollector struct {
 	dlqDepth, dlqByQueue                         *prometheus.Desc
 	ackResolved, ackRefused                      *prometheus.Desc
 	stateCommits, statePages                     *prometheus.Desc
+	popLooks                                     *prometheus.Desc
 }
 
 var counterNames = []string{
@@ -252,7 +253,10 @@ func newClusterCollector(s *Server) *clusterCollector {
 			"Acknowledgments whose offset the state machine could not prove the index's answer (the message deleted, or its id possibly repeated), so it looked them up.",
 			nil, nil),
 		stateCommits: prometheus.NewDesc("crown_state_commits_total",
-			"Write transactions this node committed to its state file (one per applied Raft batch, and snapshot seals).", nil, nil),
+			"Write transactions this node committed to its state file: one every --fsm-commit-interval or --fsm-commit-batches applied batches, and before any read view, snapshot or seal.", nil, nil),
+		popLooks: prometheus.NewDesc("crown_pop_looks_total",
+			"Pops' looks for something to claim, by how they read the state: inside the state file's open write transaction (open_transaction), in a committed read view (view: nothing open, or a discovery pop), or both after reading 128 partitions in the transaction (gave_up; each commits the state file first).",
+			[]string{"read"}, nil),
 		statePages: prometheus.NewDesc("crown_state_pages_written_total",
 			"Pages this node's state file commits wrote, each with a pwrite of its own; divided by crown_state_commits_total, what a transaction costs (many partitions touched at once cost more: docs/performance.md lesson 46).",
 			nil, nil),
@@ -271,7 +275,7 @@ func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	for _, d := range []*prometheus.Desc{c.ack, c.applied, c.commit, c.leader, c.term, c.logBytes, c.firstIndex, c.trailingLogs,
 		c.logFileBytes, c.entries, c.commands, c.lingered, c.dlqDepth, c.dlqByQueue, c.ackResolved, c.ackRefused,
-		c.stateCommits, c.statePages} {
+		c.stateCommits, c.statePages, c.popLooks} {
 		ch <- d
 	}
 }
@@ -301,6 +305,10 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	sw := c.s.state.StateWrites()
 	ch <- prometheus.MustNewConstMetric(c.stateCommits, prometheus.CounterValue, float64(sw.Commits))
 	ch <- prometheus.MustNewConstMetric(c.statePages, prometheus.CounterValue, float64(sw.Pages))
+	pl := c.s.state.PopLooks()
+	ch <- prometheus.MustNewConstMetric(c.popLooks, prometheus.CounterValue, float64(pl.OpenTx), "open_transaction")
+	ch <- prometheus.MustNewConstMetric(c.popLooks, prometheus.CounterValue, float64(pl.View), "view")
+	ch <- prometheus.MustNewConstMetric(c.popLooks, prometheus.CounterValue, float64(pl.GaveUp), "gave_up")
 	st := c.s.cluster.Status()
 	leader := 0.0
 	if st.State == "Leader" {
