@@ -587,9 +587,15 @@ func (s *Store) prepareCommit(t *Tx) (dead []uint64, err error) {
 	return s.blobs.flush(t)
 }
 
-// View runs fn in a read transaction.
+// View runs fn in a read transaction, after committing the transaction
+// UpdateDeferred left open.
 func (s *Store) View(fn func(*Tx) error) error {
 	s.settle()
+	return s.view(fn)
+}
+
+// view runs fn in a read transaction of what is committed.
+func (s *Store) view(fn func(*Tx) error) error {
 	s.blobs.gc.RLock()
 	defer s.blobs.gc.RUnlock()
 	return s.db.View(func(btx *bolt.Tx) error { return fn(newTx(btx, s)) })
@@ -597,8 +603,11 @@ func (s *Store) View(fn func(*Tx) error) error {
 
 // ViewLatest runs fn on the state as the last write left it: in the write
 // transaction UpdateDeferred left open, if there is one (holding it, so no
-// write runs meanwhile), else in a read transaction. fn must only read, and
-// briefly.
+// write runs meanwhile), else in a read transaction, which then sees every
+// write made before the call. fn must only read, and briefly; a walk over
+// partitions (ForEachPartition) first writes the transaction's pending
+// partition records to their bucket, which changes where they are, not
+// what they hold.
 //
 // Why: the leader reads the pushed queues' encryption switch before every
 // push, and a pop looks for something to claim before it proposes; a View
@@ -611,7 +620,9 @@ func (s *Store) ViewLatest(fn func(*Tx) error) error {
 		return fn(t)
 	}
 	s.openMu.Unlock()
-	return s.View(fn)
+	// Nothing was open: every write made before the call is committed, and
+	// one that opens a transaction meanwhile is not the caller's to see.
+	return s.view(fn)
 }
 
 // Digest hashes the logical content of every bucket, in a fixed order, with
