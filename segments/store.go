@@ -31,6 +31,9 @@ type Store struct {
 	// (partcache.go); verifyCache checks every hit against the bucket.
 	parts       *partCache
 	verifyCache bool
+	// queues caches decoded queue records for every transaction, each hit
+	// checked against the stored bytes (queuecache.go).
+	queues *queueCache
 	// commits counts the write transactions update committed, and
 	// pagesAtOpen is bbolt's count of pages written once the store had
 	// opened (WriteStats).
@@ -186,7 +189,8 @@ func openWithMigrationBatch(path string, o StoreOptions, batch int) (*Store, err
 		db.Close()
 		return nil, err
 	}
-	s := &Store{db: db, path: path, blobs: blobs, parts: newPartCache(partCacheMax), verifyCache: o.VerifyCache, deferred: o.Defer}
+	s := &Store{db: db, path: path, blobs: blobs, parts: newPartCache(partCacheMax), verifyCache: o.VerifyCache,
+		queues: newQueueCache(queueCacheMax), deferred: o.Defer}
 	if migrate {
 		log := o.Logger
 		if log == nil {
@@ -1090,10 +1094,14 @@ func (t *Tx) Queue(name string) (*Queue, error) {
 	if v == nil {
 		return nil, nil
 	}
+	if q, ok := t.store.queues.get(name, v); ok {
+		return q, nil
+	}
 	q := new(Queue)
 	if err := unmarshalMsgpack(v, q); err != nil {
 		return nil, err
 	}
+	t.store.queues.put(name, v, q)
 	return q, nil
 }
 

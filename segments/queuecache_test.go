@@ -1,0 +1,235 @@
+package segments
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+)
+
+// loadQueue reads queue name in its own transaction of s (a view, or a write
+// transaction when write is set).
+func loadQueue(t *testing.T, s *Store, name string, write bool) *Queue {
+	t.Helper()
+	var q *Queue
+	fn := func(tx *Tx) error {
+		var err error
+		q, err = tx.Queue(name)
+		return err
+	}
+	if write {
+		update(t, s, fn)
+	} else {
+		view(t, s, fn)
+	}
+	return q
+}
+
+// decodedQueue is what the stored record of name decodes to, without the
+// cache.
+func decodedQueue(t *testing.T, s *Store, name string) *Queue {
+	t.Helper()
+	var q *Queue
+	view(t, s, func(tx *Tx) error {
+		v := tx.get(bQueues, nameKey(name))
+		if v == nil {
+			return nil
+		}
+		q = new(Queue)
+		return unmarshalMsgpack(v, q)
+	})
+	return q
+}
+
+// A queue read through the cache is always what its stored record decodes
+// to, whoever changed the record, and no reader can change what the next
+// one gets.
+func TestQueueCacheAnswersWhatIsStored(t *testing.T) {
+	s := openStore(t)
+	base := Options{LeaseTime: 30, RetryLimit: 3}
+	update(t, s, func(tx *Tx) error {
+		return tx.CreateQueue(&Queue{Name: "orders", UUID: [16]byte{1}, Options: Options{LeaseTime: 60}, Base: &base})
+	})
+	want := decodedQueue(t, s, "orders")
+	for i := 0; i < 3; i++ { // a miss, then hits, in both kinds of transaction
+		for _, write := range []bool{false, true} {
+			if got := loadQueue(t, s, "orders", write); !reflect.DeepEqual(got, want) {
+				t.Fatalf("read %d (write %v): %+v, want %+v", i, write, got, want)
+			}
+		}
+	}
+
+	// A reader that edits its copy, Base included, edits only its copy.
+	got := loadQueue(t, s, "orders", false)
+	got.Options.LeaseTime = 1
+	got.Base.RetryLimit = 99
+	got.Name = "edited"
+	if again := loadQueue(t, s, "orders", false); !reflect.DeepEqual(again, want) {
+		t.Fatalf("after a reader edited its copy: %+v, want %+v", again, want)
+	}
+
+	// Configured again: the next read has the new record at once.
+	update(t, s, func(tx *Tx) error {
+		q, err := tx.Queue("orders")
+		if err != nil {
+			return err
+		}
+		q.Options.LeaseTime = 120
+		q.Base = nil
+		return tx.PutQueue(q)
+	})
+	if got := loadQueue(t, s, "orders", false); got.Options.LeaseTime != 120 || got.Base != nil {
+		t.Fatalf("after the queue was configured again: %+v", got)
+	}
+	if got, want := loadQueue(t, s, "orders", true), decodedQueue(t, s, "orders"); !reflect.DeepEqual(got, want) {
+		t.Fatalf("in a write transaction after configure: %+v, want %+v", got, want)
+	}
+}
+
+// A change that rolls back leaves its record in the cache; the committed
+// record, which differs, is decoded again rather than answered from it.
+func TestQueueCacheIgnoresRolledBackRecords(t *testing.T) {
+	s := openStore(t)
+	update(t, s, func(tx *Tx) error {
+		return tx.CreateQueue(&Queue{Name: "q", UUID: [16]byte{2}, Options: Options{RetryLimit: 1}})
+	})
+	errAbort := errors.New("abort")
+	err := s.Update(func(tx *Tx) error {
+		q, err := tx.Queue("q")
+		if err != nil {
+			return err
+		}
+		q.Options.RetryLimit = 7
+		if err := tx.PutQueue(q); err != nil {
+			return err
+		}
+		if q, err := tx.Queue("q"); err != nil || q.Options.RetryLimit != 7 {
+			t.Errorf("inside the transaction that changed it: %+v, %v", q, err)
+		}
+		return errAbort
+	})
+	if !errors.Is(err, errAbort) {
+		t.Fatalf("update: %v", err)
+	}
+	if got := loadQueue(t, s, "q", false); got.Options.RetryLimit != 1 {
+		t.Fatalf("after the rollback: RetryLimit %d, want the committed 1", got.Options.RetryLimit)
+	}
+}
+
+// A read view that began before a configure committed keeps seeing the
+// record of its own snapshot, although the cache has moved on.
+func TestQueueCacheKeepsOlderViewsConsistent(t *testing.T) {
+	s := openStore(t)
+	update(t, s, func(tx *Tx) error {
+		return tx.CreateQueue(&Queue{Name: "q", UUID: [16]byte{3}, Options: Options{Priority: 1}})
+	})
+	loadQueue(t, s, "q", false) // cached at Priority 1
+	old, err := s.db.Begin(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Rollback()
+	update(t, s, func(tx *Tx) error {
+		q, err := tx.Queue("q")
+		if err != nil {
+			return err
+		}
+		q.Options.Priority = 2
+		return tx.PutQueue(q)
+	})
+	if got := loadQueue(t, s, "q", false); got.Options.Priority != 2 {
+		t.Fatalf("new view: Priority %d, want 2", got.Options.Priority)
+	}
+	q, err := (&Tx{tx: old, store: s}).Queue("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Options.Priority != 1 {
+		t.Fatalf("view begun before the change: Priority %d, want its snapshot's 1", q.Options.Priority)
+	}
+}
+
+// A record with OJS state is not cached (a copy by value would share its
+// nested pointers) and still reads back whole.
+func TestQueueCacheDecodesOJSRecords(t *testing.T) {
+	s := openStore(t)
+	depth := int64(10)
+	update(t, s, func(tx *Tx) error {
+		return tx.CreateQueue(&Queue{Name: "jobs", UUID: [16]byte{4},
+			OJS: &OJSState{Policy: "p", Overrides: QueueConfig{MaxDepth: &depth}, Limits: Limits{Producers: []string{"a"}}}})
+	})
+	want := decodedQueue(t, s, "jobs")
+	first := loadQueue(t, s, "jobs", false)
+	*first.OJS.Overrides.MaxDepth = 99
+	first.OJS.Limits.Producers[0] = "edited"
+	if got := loadQueue(t, s, "jobs", false); !reflect.DeepEqual(got, want) {
+		t.Fatalf("second read: %+v, want %+v", got.OJS, want.OJS)
+	}
+	s.queues.mu.Lock()
+	_, cached := s.queues.m["jobs"]
+	s.queues.mu.Unlock()
+	if cached {
+		t.Fatal("a record with OJS state was cached")
+	}
+}
+
+// A full cache is emptied and filled again; every read stays right.
+func TestQueueCacheBounded(t *testing.T) {
+	s := openStore(t)
+	s.queues.max = 4
+	names := []string{"a", "b", "c", "d", "e", "f"}
+	update(t, s, func(tx *Tx) error {
+		for i, n := range names {
+			if err := tx.CreateQueue(&Queue{Name: n, UUID: [16]byte{5, byte(i)}, Options: Options{Priority: int64(i)}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for round := 0; round < 2; round++ {
+		for i, n := range names {
+			if got := loadQueue(t, s, n, false); got.Options.Priority != int64(i) {
+				t.Fatalf("round %d, queue %s: Priority %d, want %d", round, n, got.Options.Priority, i)
+			}
+			if l := len(s.queues.m); l > 4 {
+				t.Fatalf("cache holds %d records, bound 4", l)
+			}
+		}
+	}
+}
+
+func BenchmarkQueueLoad(b *testing.B) {
+	s, err := Open(b.TempDir()+"/state.db", StoreOptions{NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	base := Options{LeaseTime: 30, RetryLimit: 3, RetentionEnabled: true, DedupWindowSeconds: 3600}
+	if err := s.Update(func(tx *Tx) error {
+		return tx.CreateQueue(&Queue{Name: "bench-q0", UUID: [16]byte{6}, Options: base, Base: &base, Named: 3, ConfiguredAt: 1})
+	}); err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name   string
+		cached bool
+	}{{"decoded", false}, {"cached", true}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			if err := s.View(func(tx *Tx) error {
+				for b.Loop() {
+					if !bc.cached {
+						s.queues.mu.Lock()
+						clear(s.queues.m)
+						s.queues.mu.Unlock()
+					}
+					if _, err := tx.Queue("bench-q0"); err != nil {
+						return err
+					}
+				}
+				return nil
+			}); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
