@@ -261,7 +261,7 @@ func TestDocsFlagsExistWithTheirDefaults(t *testing.T) {
 	for _, sub := range []string{"run", "check", "report", "gen", "scenarios", "cleanup"} {
 		add("crown-chaos", docsHelp(t, chaos, sub, "--help"))
 	}
-	for _, script := range []string{"cluster.sh", "fuzz.sh", "bench-vs-nats.sh", "bench-partitions.sh", "bench-ab.sh", "bench-node.sh", "chaos/chaos.sh"} {
+	for _, script := range []string{"cluster.sh", "fuzz.sh", "bench-vs-nats.sh", "bench-partitions.sh", "bench-targets.sh", "bench-ab.sh", "bench-node.sh", "chaos/chaos.sh"} {
 		add("scripts", docsHelp(t, "bash", filepath.Join(root, "scripts", script), "--help"))
 	}
 	known := map[string]bool{
