@@ -233,3 +233,31 @@ func BenchmarkQueueLoad(b *testing.B) {
 		})
 	}
 }
+
+// A field added to Queue that a copy by value would share (a pointer, a
+// slice, a map) must be copied by cloneShared, or the cache would hand
+// every reader the same one: this fails until it is.
+func TestQueueCacheCopiesEverySharedField(t *testing.T) {
+	copied := map[string]bool{"Base": true, "OJS": true} // OJS: such records are never cached
+	typ := reflect.TypeOf(Queue{})
+	for i := 0; i < typ.NumField(); i++ {
+		f := typ.Field(i)
+		switch f.Type.Kind() {
+		case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface, reflect.Chan, reflect.Func:
+			if !copied[f.Name] {
+				t.Errorf("Queue.%s (%s) is shared by a copy by value: copy it in cloneShared", f.Name, f.Type)
+			}
+		case reflect.Struct:
+			if f.Name != "Options" {
+				t.Errorf("Queue.%s is a struct the test does not know: check it for shared fields", f.Name)
+			}
+		}
+	}
+	opts := reflect.TypeOf(Options{})
+	for i := 0; i < opts.NumField(); i++ {
+		switch opts.Field(i).Type.Kind() {
+		case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface, reflect.Struct:
+			t.Errorf("Options.%s would be shared by a copy by value: copy it in cloneShared", opts.Field(i).Name)
+		}
+	}
+}
