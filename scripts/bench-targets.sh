@@ -136,7 +136,7 @@ snapshots() {
 	grep -c 'taking a snapshot' "$CROWN_DIR/node$1.log" || true
 }
 
-# node_role N: Leader or Follower, as node N (1..3) sees itself.
+# node_role N: "leader" or "follower", as node N (1..3) sees itself.
 node_role() {
 	local url="http://$HOST:$((CROWN_HTTP + $1 - 1))"
 	if curl -fsS --max-time 5 "$url/health" | grep -q '"state":"Leader"'; then
