@@ -1,7 +1,8 @@
-# Shared by the benchmark scripts (bench-vs-nats.sh, bench-partitions.sh):
-# sourced, not run. The including script defines log and die, the globals
-# ROOT, BIN_DIR, HOST, CROWN_DIR, CROWN_HTTP, CROWN_RAFT and WAIT, and for
-# run_phases the globals it names.
+# Shared by the benchmark scripts (bench-vs-nats.sh, bench-partitions.sh,
+# bench-targets.sh, bench-ab.sh): sourced, not run. The including script
+# defines log and die, the globals ROOT, BIN_DIR, HOST, CROWN_DIR,
+# CROWN_HTTP, CROWN_RAFT and WAIT, and for run_phases and out the globals
+# they name.
 
 crown_urls() { echo "http://$HOST:$CROWN_HTTP,http://$HOST:$((CROWN_HTTP + 1)),http://$HOST:$((CROWN_HTTP + 2))"; }
 crown_bench() { "$BIN_DIR/crownctl" --url "$(crown_urls)" bench run "$@" --json; }
@@ -13,6 +14,29 @@ crown_cluster() {
 		CROWN_CLUSTER_RAFT_BASE="$CROWN_RAFT" CROWN_CLUSTER_WAIT="$WAIT" \
 		"$ROOT/scripts/cluster.sh" "$@"
 }
+
+# trap_crown_cleanup: for a script whose only cluster is crown_cluster's,
+# stop it on exit, an interrupt or an error (only what it started:
+# cluster.sh checks every pid), keeping the script's exit status.
+trap_crown_cleanup() {
+	trap crown_cleanup EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+}
+
+crown_cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	if [[ -d "$CROWN_DIR" ]]; then
+		crown_cluster stop >&2 || true
+	fi
+	exit "$rc"
+}
+
+# out: standard input to standard output and $WORK/summary.txt. The runs
+# themselves stay in the script's shell (not in a pipeline's subshell), so
+# that an interrupt reaches its trap and the cleanup.
+out() { tee -a -- "$WORK/summary.txt"; }
 
 # cpu_ticks PIDFILE...: user+system CPU clock ticks of the processes named
 # by the pid files (fields 14 and 15 of /proc/PID/stat, after the command

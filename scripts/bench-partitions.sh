@@ -67,19 +67,7 @@ die() {
 	exit 1
 }
 
-cleanup() {
-	local rc=$?
-	trap - EXIT INT TERM
-	if [[ -d "$CROWN_DIR" ]]; then
-		crown_cluster stop >&2 || true
-	fi
-	exit "$rc"
-}
 
-# out: standard input to standard output and the summary file. The runs
-# themselves stay in this shell (not in a pipeline's subshell), so that an
-# interrupt reaches its trap and the cleanup.
-out() { tee -a -- "$WORK/summary.txt"; }
 
 # per_message SECONDS MESSAGES: microseconds a message, "-" without messages.
 per_message() {
@@ -138,9 +126,7 @@ main() {
 	log "building bin/crownd and bin/crownctl"
 	make -C "$ROOT" --no-print-directory build >&2
 
-	trap cleanup EXIT
-	trap 'exit 130' INT
-	trap 'exit 143' TERM
+	trap_crown_cleanup
 	# Leftovers of an interrupted run: stop what we started, then start afresh.
 	if [[ -d "$CROWN_DIR" ]]; then crown_cluster stop >&2; fi
 	mkdir -p -- "$WORK"

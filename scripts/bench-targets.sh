@@ -78,18 +78,7 @@ die() {
 	exit 1
 }
 
-cleanup() {
-	local rc=$?
-	trap - EXIT INT TERM
-	if [[ -d "$CROWN_DIR" ]]; then
-		crown_cluster stop >&2 || true
-	fi
-	exit "$rc"
-}
 
-# out: standard input to standard output and the summary file (the runs
-# stay in this shell, so that an interrupt reaches its trap).
-out() { tee -a -- "$WORK/summary.txt"; }
 
 # latency_field FILE OP KEY: "KEY" of the object "OP" inside "latency" of a
 # report written by --json (one key a line, indented by two spaces a level).
@@ -227,9 +216,7 @@ main() {
 	log "building bin/crownd and bin/crownctl"
 	make -C "$ROOT" --no-print-directory build >&2
 
-	trap cleanup EXIT
-	trap 'exit 130' INT
-	trap 'exit 143' TERM
+	trap_crown_cleanup
 	# Leftovers of an interrupted run: stop what we started, then start afresh.
 	if [[ -d "$CROWN_DIR" ]]; then crown_cluster stop >&2; fi
 	mkdir -p -- "$WORK"
