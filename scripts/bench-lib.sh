@@ -15,6 +15,19 @@ crown_cluster() {
 		"$ROOT/scripts/cluster.sh" "$@"
 }
 
+# crown_cleanup_help: the end of the --help of a script that uses
+# trap_crown_cleanup and crown_cluster.
+crown_cleanup_help() {
+	cat <<EOF
+Only processes this script started are stopped (scripts/cluster.sh checks
+each pid against /proc/<pid>/cmdline), also on an interrupt or an error.
+
+Environment: BENCH_DIR (work directory), BENCH_CROWN_HTTP_PORT,
+BENCH_CROWN_RAFT_PORT (first port of each range of three), BENCH_WAIT
+(seconds to wait for a cluster, default 60).
+EOF
+}
+
 # trap_crown_cleanup: for a script whose only cluster is crown_cluster's,
 # stop it on exit, an interrupt or an error (only what it started:
 # cluster.sh checks every pid), keeping the script's exit status.

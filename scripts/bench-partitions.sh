@@ -52,13 +52,8 @@ machine); then, per round, the many-partition rates as percentages of the
 $WORK/p<PARTITIONS>-r<ROUND>-{produce,consume}.json, the nodes' logs under
 $CROWN_DIR.
 
-Only processes this script started are stopped (scripts/cluster.sh checks
-each pid against /proc/<pid>/cmdline), also on an interrupt or an error.
-
-Environment: BENCH_DIR (work directory), BENCH_CROWN_HTTP_PORT,
-BENCH_CROWN_RAFT_PORT (first port of each range of three), BENCH_WAIT
-(seconds to wait for a cluster, default 60).
 EOF
+	crown_cleanup_help
 }
 
 log() { echo "bench-partitions: $*" >&2; }

@@ -63,13 +63,8 @@ $CROWN_DIR. The push p99 at half rate depends on what else the nodes do
 meanwhile: its line names the nodes that began a snapshot during the run
 (docs/performance.md, lesson 53, measures how much that moves it).
 
-Only processes this script started are stopped (scripts/cluster.sh checks
-each pid against /proc/<pid>/cmdline), also on an interrupt or an error.
-
-Environment: BENCH_DIR (work directory), BENCH_CROWN_HTTP_PORT,
-BENCH_CROWN_RAFT_PORT (first port of each range of three), BENCH_WAIT
-(seconds to wait for a cluster, default 60).
 EOF
+	crown_cleanup_help
 }
 
 log() { echo "bench-targets: $*" >&2; }
