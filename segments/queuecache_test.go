@@ -2,6 +2,7 @@ package segments
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 )
@@ -259,5 +260,68 @@ func TestQueueCacheCopiesEverySharedField(t *testing.T) {
 		case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface, reflect.Struct:
 			t.Errorf("Options.%s would be shared by a copy by value: copy it in cloneShared", opts.Field(i).Name)
 		}
+	}
+}
+
+// Readers in views of their own and a writer configuring the queue share
+// the cache: every read is one of the records ever stored, whole, and the
+// race detector sees every access ordered.
+func TestQueueCacheConcurrentReaders(t *testing.T) {
+	s := openStore(t)
+	base := Options{LeaseTime: 1}
+	update(t, s, func(tx *Tx) error {
+		return tx.CreateQueue(&Queue{Name: "shared", UUID: [16]byte{7}, Options: Options{LeaseTime: 1}, Base: &base})
+	})
+	const writes = 50
+	done := make(chan struct{})
+	errs := make(chan error, 4)
+	for r := 0; r < 4; r++ {
+		go func() {
+			for {
+				select {
+				case <-done:
+					errs <- nil
+					return
+				default:
+				}
+				err := s.View(func(tx *Tx) error {
+					q, err := tx.Queue("shared")
+					if err != nil {
+						return err
+					}
+					// Every record stored has Options.LeaseTime equal to
+					// Base.LeaseTime; a torn or shared copy would not.
+					if q.Base == nil || q.Base.LeaseTime != q.Options.LeaseTime {
+						return fmt.Errorf("read a record that was never stored: %+v, base %+v", q.Options, q.Base)
+					}
+					q.Base.LeaseTime = -1 // a reader's edit must stay its own
+					return nil
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for i := 2; i <= writes; i++ {
+		update(t, s, func(tx *Tx) error {
+			q, err := tx.Queue("shared")
+			if err != nil {
+				return err
+			}
+			q.Options.LeaseTime = int64(i)
+			q.Base = &Options{LeaseTime: int64(i)}
+			return tx.PutQueue(q)
+		})
+	}
+	close(done)
+	for r := 0; r < 4; r++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if q := loadQueue(t, s, "shared", false); q.Options.LeaseTime != writes || q.Base.LeaseTime != writes {
+		t.Fatalf("after the last configure: %+v, base %+v", q.Options, q.Base)
 	}
 }
