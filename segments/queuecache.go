@@ -19,6 +19,9 @@ const queueCacheMax = 4096
 // and push once a command on every node: 2.6 % of the servers' CPU in a
 // consume run over 8 partitions, 4.7 % over 10,000 (docs/performance.md
 // lesson 54), for a record that changes only when the queue is configured.
+// Listings (ForEachQueue: discovery pops, which look at every queue, the
+// resource and OJS views) read every record, 5.8 µs a queue decoded
+// (BenchmarkListQueues: 100 queues in 579 µs, 26 µs from the cache).
 //
 // Correctness rests on comparing bytes, not on invalidation: a hit needs
 // the stored value to equal the cached bytes exactly, and equal bytes
@@ -34,7 +37,8 @@ const queueCacheMax = 4096
 // map lookup or update (DESIGN.md, "Lock order").
 type queueCache struct {
 	mu sync.Mutex
-	m  map[string]*cachedQueue
+	// m is keyed by the record's key in the queues bucket (nameKey).
+	m map[string]*cachedQueue
 	// max is the most entries m holds; a full cache is emptied, which only
 	// costs misses (the queues in use fill it again at once).
 	max int
@@ -49,11 +53,11 @@ func newQueueCache(max int) *queueCache {
 	return &queueCache{m: make(map[string]*cachedQueue), max: max}
 }
 
-// get returns a copy of the cached record of queue name if raw is exactly
-// the value it was decoded from.
-func (c *queueCache) get(name string, raw []byte) (*Queue, bool) {
+// get returns a copy of the cached record stored under key if raw is
+// exactly the value it was decoded from.
+func (c *queueCache) get(key, raw []byte) (*Queue, bool) {
 	c.mu.Lock()
-	e := c.m[name]
+	e := c.m[string(key)]
 	if e == nil || !bytes.Equal(e.raw, raw) {
 		c.mu.Unlock()
 		return nil, false
@@ -66,7 +70,7 @@ func (c *queueCache) get(name string, raw []byte) (*Queue, bool) {
 
 // put caches q, just decoded from raw (which the caller's transaction owns:
 // it is copied), when a copy by value can be handed out safely.
-func (c *queueCache) put(name string, raw []byte, q *Queue) {
+func (c *queueCache) put(key, raw []byte, q *Queue) {
 	if q.OJS != nil {
 		return
 	}
@@ -76,8 +80,22 @@ func (c *queueCache) put(name string, raw []byte, q *Queue) {
 	if len(c.m) >= c.max {
 		clear(c.m)
 	}
-	c.m[name] = e
+	c.m[string(key)] = e
 	c.mu.Unlock()
+}
+
+// loadQueue is the queue record stored under key as value v, from the
+// cache when v is what it holds, else decoded (and cached).
+func (t *Tx) loadQueue(key, v []byte) (*Queue, error) {
+	if q, ok := t.store.queues.get(key, v); ok {
+		return q, nil
+	}
+	q := new(Queue)
+	if err := unmarshalMsgpack(v, q); err != nil {
+		return nil, err
+	}
+	t.store.queues.put(key, v, q)
+	return q, nil
 }
 
 // cloneShared replaces the pointers of a copied record that the cache may

@@ -166,7 +166,7 @@ func TestQueueCacheDecodesOJSRecords(t *testing.T) {
 		t.Fatalf("second read: %+v, want %+v", got.OJS, want.OJS)
 	}
 	s.queues.mu.Lock()
-	_, cached := s.queues.m["jobs"]
+	_, cached := s.queues.m[string(nameKey("jobs"))]
 	s.queues.mu.Unlock()
 	if cached {
 		t.Fatal("a record with OJS state was cached")
@@ -323,5 +323,100 @@ func TestQueueCacheConcurrentReaders(t *testing.T) {
 	}
 	if q := loadQueue(t, s, "shared", false); q.Options.LeaseTime != writes || q.Base.LeaseTime != writes {
 		t.Fatalf("after the last configure: %+v, base %+v", q.Options, q.Base)
+	}
+}
+
+// Listing queues goes through the same cache: every record listed is what
+// is stored, after a configure too, and a lister's edits stay its own.
+func TestQueueCacheServesListings(t *testing.T) {
+	s := openStore(t)
+	update(t, s, func(tx *Tx) error {
+		for i, n := range []string{"a", "b", "c"} {
+			b := Options{Priority: int64(i)}
+			if err := tx.CreateQueue(&Queue{Name: n, UUID: [16]byte{8, byte(i)}, Options: b, Base: &b}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	list := func() []*Queue {
+		var qs []*Queue
+		view(t, s, func(tx *Tx) error {
+			return tx.ForEachQueue(func(q *Queue) (bool, error) {
+				qs = append(qs, q)
+				return true, nil
+			})
+		})
+		return qs
+	}
+	check := func(when string) {
+		t.Helper()
+		got := list()
+		if len(got) != 3 {
+			t.Fatalf("%s: %d queues listed, want 3", when, len(got))
+		}
+		for _, q := range got {
+			if want := decodedQueue(t, s, q.Name); !reflect.DeepEqual(q, want) {
+				t.Fatalf("%s: listed %+v, stored %+v", when, q, want)
+			}
+			q.Base.Priority = -1 // the next listing must not see this
+		}
+	}
+	check("first listing")
+	check("second listing, from the cache")
+	loadQueue(t, s, "b", false)
+	update(t, s, func(tx *Tx) error {
+		q, err := tx.Queue("b")
+		if err != nil {
+			return err
+		}
+		q.Options.Priority, q.Base.Priority = 9, 9
+		return tx.PutQueue(q)
+	})
+	check("after b was configured")
+	if q := loadQueue(t, s, "b", false); q.Options.Priority != 9 {
+		t.Fatalf("b after configure: Priority %d, want 9", q.Options.Priority)
+	}
+}
+
+func BenchmarkListQueues(b *testing.B) {
+	s, err := Open(b.TempDir()+"/state.db", StoreOptions{NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Update(func(tx *Tx) error {
+		for i := 0; i < 100; i++ {
+			o := Options{LeaseTime: 30, RetryLimit: 3}
+			if err := tx.CreateQueue(&Queue{Name: fmt.Sprintf("bench-q%d", i), UUID: [16]byte{9, byte(i)}, Options: o, Base: &o}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name   string
+		cached bool
+	}{{"decoded", false}, {"cached", true}} {
+		b.Run(bc.name+"/queues=100", func(b *testing.B) {
+			b.ReportAllocs()
+			if err := s.View(func(tx *Tx) error {
+				for b.Loop() {
+					if !bc.cached {
+						s.queues.mu.Lock()
+						clear(s.queues.m)
+						s.queues.mu.Unlock()
+					}
+					if err := tx.ForEachQueue(func(*Queue) (bool, error) { return true, nil }); err != nil {
+						return err
+					}
+				}
+				return nil
+			}); err != nil {
+				b.Fatal(err)
+			}
+		})
 	}
 }

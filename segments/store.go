@@ -1090,19 +1090,12 @@ func (t *Tx) nextMeta(k []byte) (uint64, error) {
 
 // Queue loads a queue by name.
 func (t *Tx) Queue(name string) (*Queue, error) {
-	v := t.get(bQueues, nameKey(name))
+	key := nameKey(name)
+	v := t.get(bQueues, key)
 	if v == nil {
 		return nil, nil
 	}
-	if q, ok := t.store.queues.get(name, v); ok {
-		return q, nil
-	}
-	q := new(Queue)
-	if err := unmarshalMsgpack(v, q); err != nil {
-		return nil, err
-	}
-	t.store.queues.put(name, v, q)
-	return q, nil
+	return t.loadQueue(key, v)
 }
 
 // QueueByID loads a queue by its number.
@@ -1134,7 +1127,17 @@ func (t *Tx) PutQueue(q *Queue) error {
 
 // ForEachQueue calls fn for every queue in name order until fn returns false.
 func (t *Tx) ForEachQueue(fn func(*Queue) (bool, error)) error {
-	return forEachRecord(t, bQueues, nil, nil, func(_ []byte, q *Queue) (bool, error) { return fn(q) })
+	c := t.bucket(bQueues).Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		q, err := t.loadQueue(k, v)
+		if err != nil {
+			return err
+		}
+		if more, err := fn(q); err != nil || !more {
+			return err
+		}
+	}
+	return nil
 }
 
 // ForEachQueueName calls fn with the name of every queue whose name starts
