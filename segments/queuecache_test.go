@@ -7,9 +7,9 @@ import (
 	"testing"
 )
 
-// loadQueue reads queue name in its own transaction of s (a view, or a write
+// readQueue reads queue name in its own transaction of s (a view, or a write
 // transaction when write is set).
-func loadQueue(t *testing.T, s *Store, name string, write bool) *Queue {
+func readQueue(t *testing.T, s *Store, name string, write bool) *Queue {
 	t.Helper()
 	var q *Queue
 	fn := func(tx *Tx) error {
@@ -53,18 +53,18 @@ func TestQueueCacheAnswersWhatIsStored(t *testing.T) {
 	want := decodedQueue(t, s, "orders")
 	for i := 0; i < 3; i++ { // a miss, then hits, in both kinds of transaction
 		for _, write := range []bool{false, true} {
-			if got := loadQueue(t, s, "orders", write); !reflect.DeepEqual(got, want) {
+			if got := readQueue(t, s, "orders", write); !reflect.DeepEqual(got, want) {
 				t.Fatalf("read %d (write %v): %+v, want %+v", i, write, got, want)
 			}
 		}
 	}
 
 	// A reader that edits its copy, Base included, edits only its copy.
-	got := loadQueue(t, s, "orders", false)
+	got := readQueue(t, s, "orders", false)
 	got.Options.LeaseTime = 1
 	got.Base.RetryLimit = 99
 	got.Name = "edited"
-	if again := loadQueue(t, s, "orders", false); !reflect.DeepEqual(again, want) {
+	if again := readQueue(t, s, "orders", false); !reflect.DeepEqual(again, want) {
 		t.Fatalf("after a reader edited its copy: %+v, want %+v", again, want)
 	}
 
@@ -78,10 +78,10 @@ func TestQueueCacheAnswersWhatIsStored(t *testing.T) {
 		q.Base = nil
 		return tx.PutQueue(q)
 	})
-	if got := loadQueue(t, s, "orders", false); got.Options.LeaseTime != 120 || got.Base != nil {
+	if got := readQueue(t, s, "orders", false); got.Options.LeaseTime != 120 || got.Base != nil {
 		t.Fatalf("after the queue was configured again: %+v", got)
 	}
-	if got, want := loadQueue(t, s, "orders", true), decodedQueue(t, s, "orders"); !reflect.DeepEqual(got, want) {
+	if got, want := readQueue(t, s, "orders", true), decodedQueue(t, s, "orders"); !reflect.DeepEqual(got, want) {
 		t.Fatalf("in a write transaction after configure: %+v, want %+v", got, want)
 	}
 }
@@ -111,7 +111,7 @@ func TestQueueCacheIgnoresRolledBackRecords(t *testing.T) {
 	if !errors.Is(err, errAbort) {
 		t.Fatalf("update: %v", err)
 	}
-	if got := loadQueue(t, s, "q", false); got.Options.RetryLimit != 1 {
+	if got := readQueue(t, s, "q", false); got.Options.RetryLimit != 1 {
 		t.Fatalf("after the rollback: RetryLimit %d, want the committed 1", got.Options.RetryLimit)
 	}
 }
@@ -123,7 +123,7 @@ func TestQueueCacheKeepsOlderViewsConsistent(t *testing.T) {
 	update(t, s, func(tx *Tx) error {
 		return tx.CreateQueue(&Queue{Name: "q", UUID: [16]byte{3}, Options: Options{Priority: 1}})
 	})
-	loadQueue(t, s, "q", false) // cached at Priority 1
+	readQueue(t, s, "q", false) // cached at Priority 1
 	old, err := s.db.Begin(false)
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +137,7 @@ func TestQueueCacheKeepsOlderViewsConsistent(t *testing.T) {
 		q.Options.Priority = 2
 		return tx.PutQueue(q)
 	})
-	if got := loadQueue(t, s, "q", false); got.Options.Priority != 2 {
+	if got := readQueue(t, s, "q", false); got.Options.Priority != 2 {
 		t.Fatalf("new view: Priority %d, want 2", got.Options.Priority)
 	}
 	q, err := (&Tx{tx: old, store: s}).Queue("q")
@@ -159,10 +159,10 @@ func TestQueueCacheDecodesOJSRecords(t *testing.T) {
 			OJS: &OJSState{Policy: "p", Overrides: QueueConfig{MaxDepth: &depth}, Limits: Limits{Producers: []string{"a"}}}})
 	})
 	want := decodedQueue(t, s, "jobs")
-	first := loadQueue(t, s, "jobs", false)
+	first := readQueue(t, s, "jobs", false)
 	*first.OJS.Overrides.MaxDepth = 99
 	first.OJS.Limits.Producers[0] = "edited"
-	if got := loadQueue(t, s, "jobs", false); !reflect.DeepEqual(got, want) {
+	if got := readQueue(t, s, "jobs", false); !reflect.DeepEqual(got, want) {
 		t.Fatalf("second read: %+v, want %+v", got.OJS, want.OJS)
 	}
 	s.queues.mu.Lock()
@@ -188,7 +188,7 @@ func TestQueueCacheBounded(t *testing.T) {
 	})
 	for round := 0; round < 2; round++ {
 		for i, n := range names {
-			if got := loadQueue(t, s, n, false); got.Options.Priority != int64(i) {
+			if got := readQueue(t, s, n, false); got.Options.Priority != int64(i) {
 				t.Fatalf("round %d, queue %s: Priority %d, want %d", round, n, got.Options.Priority, i)
 			}
 			if l := len(s.queues.m); l > 4 {
@@ -338,7 +338,7 @@ func TestQueueCacheConcurrentReaders(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if q := loadQueue(t, s, "shared", false); q.Options.LeaseTime != writes || q.Base.LeaseTime != writes {
+	if q := readQueue(t, s, "shared", false); q.Options.LeaseTime != writes || q.Base.LeaseTime != writes {
 		t.Fatalf("after the last configure: %+v, base %+v", q.Options, q.Base)
 	}
 }
@@ -381,7 +381,7 @@ func TestQueueCacheServesListings(t *testing.T) {
 	}
 	check("first listing")
 	check("second listing, from the cache")
-	loadQueue(t, s, "b", false)
+	readQueue(t, s, "b", false)
 	update(t, s, func(tx *Tx) error {
 		q, err := tx.Queue("b")
 		if err != nil {
@@ -391,7 +391,7 @@ func TestQueueCacheServesListings(t *testing.T) {
 		return tx.PutQueue(q)
 	})
 	check("after b was configured")
-	if q := loadQueue(t, s, "b", false); q.Options.Priority != 9 {
+	if q := readQueue(t, s, "b", false); q.Options.Priority != 9 {
 		t.Fatalf("b after configure: Priority %d, want 9", q.Options.Priority)
 	}
 }

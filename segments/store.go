@@ -1127,17 +1127,13 @@ func (t *Tx) PutQueue(q *Queue) error {
 
 // ForEachQueue calls fn for every queue in name order until fn returns false.
 func (t *Tx) ForEachQueue(fn func(*Queue) (bool, error)) error {
-	c := t.bucket(bQueues).Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
+	return forEachValue(t, bQueues, nil, nil, func(k, v []byte) (bool, error) {
 		q, err := t.loadQueue(k, v)
 		if err != nil {
-			return err
+			return false, err
 		}
-		if more, err := fn(q); err != nil || !more {
-			return err
-		}
-	}
-	return nil
+		return fn(q)
+	})
 }
 
 // ForEachQueueName calls fn with the name of every queue whose name starts
@@ -1158,17 +1154,26 @@ func (t *Tx) ForEachQueueName(prefix string, fn func(name string) bool) {
 // into a new T, until fn returns false or an error. k is valid only during
 // the call.
 func forEachRecord[T any](t *Tx, b int, seek, prefix []byte, fn func(k []byte, r *T) (bool, error)) error {
+	return forEachValue(t, b, seek, prefix, func(k, v []byte) (bool, error) {
+		r := new(T)
+		if err := unmarshalMsgpack(v, r); err != nil {
+			return false, err
+		}
+		return fn(k, r)
+	})
+}
+
+// forEachValue walks bucket b's keys and values in key order, from seek
+// (the first key when nil) while keys start with prefix, until fn returns
+// false or an error. k and v are valid only during the call.
+func forEachValue(t *Tx, b int, seek, prefix []byte, fn func(k, v []byte) (bool, error)) error {
 	c := t.bucket(b).Cursor()
 	k, v := c.First()
 	if seek != nil {
 		k, v = c.Seek(seek)
 	}
 	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-		r := new(T)
-		if err := unmarshalMsgpack(v, r); err != nil {
-			return err
-		}
-		if more, err := fn(k, r); err != nil || !more {
+		if more, err := fn(k, v); err != nil || !more {
 			return err
 		}
 	}
