@@ -15,7 +15,7 @@ import (
 // least two values in a leaf and splits none of five or fewer, so with one
 // key an entry every append rewrote the log's last leaf with the two to four
 // group commits already in it: a 160 KiB entry wrote about 1.3 MB. Cut into
-// pieces of 16 KiB, an append rewrites a few pieces of the entries before it
+// pieces of about 16 KiB, an append rewrites a few pieces of the entries before it
 // (BenchmarkLogStoreRound: 0.36 MB). Where the disk's bandwidth is the
 // limit, which on cloud volumes it often is, those bytes were the commit's
 // latency: with each node's writes held to 50 MB/s the produce rate rose
@@ -42,7 +42,15 @@ const (
 	// pieceMin is the size of an entry's pieces but the last, unless the
 	// entry needs bigger ones to fit in pieceSlots. An entry of up to
 	// pieceMin bytes (a pop, an ack, most small pushes) is one piece.
-	pieceMin = 16 << 10
+	pieceMin = 16<<10 - pieceSlack
+	// pieceSlack keeps an encoded piece within a power of two. raft-boltdb
+	// encodes each piece into a buffer grown from empty by doubling, and
+	// bbolt writes a leaf in whole pages: a piece of exactly 16 KiB encodes
+	// to 75 bytes over, which took the buffer to 32 KiB (allocating 63 KiB
+	// for the piece instead of 31) and a leaf of one or two pieces a page
+	// further. 256 bytes cover the encoding of the piece's fields, its
+	// header, and bbolt's page and element headers.
+	pieceSlack = 256
 	// pieceVersion is the header's first byte.
 	pieceVersion = 1
 	// maxPieceIndex is the largest Raft index the layout can key.
@@ -63,8 +71,16 @@ func pieceIndex(key uint64) (uint64, error) {
 	return (key - pieceBase) / pieceSlots, nil
 }
 
-// pieceSize is the size of every piece but the last of an entry of n bytes.
-func pieceSize(n int) int { return max(pieceMin, (n+pieceSlots-1)/pieceSlots) }
+// pieceSize is the size of every piece but the last of an entry of n bytes:
+// pieceMin, or for an entry too large for pieceSlots of those, the least
+// power of two less pieceSlack that fits it in pieceSlots.
+func pieceSize(n int) int {
+	size := pieceMin + pieceSlack
+	for (size-pieceSlack)*pieceSlots < n {
+		size *= 2
+	}
+	return size - pieceSlack
+}
 
 // appendPieceHead appends the first piece's header: the version, the
 // number of pieces and the entry's data length, as uvarints.
@@ -117,10 +133,20 @@ func (p *pieceLog) StoreLog(l *raft.Log) error { return p.StoreLogs([]*raft.Log{
 // StoreLogs stores every piece of logs with one StoreLogs of the store
 // below: one bbolt commit, as before.
 func (p *pieceLog) StoreLogs(logs []*raft.Log) error {
+	out, err := cutPieces(logs)
+	if err != nil {
+		return err
+	}
+	return p.store.StoreLogs(out)
+}
+
+// cutPieces is logs as the store below keeps them. Pieces may be of any
+// size: GetLog reads an entry's pieces whatever size cut them.
+func cutPieces(logs []*raft.Log) ([]*raft.Log, error) {
 	out := make([]*raft.Log, 0, len(logs)+len(logs)/2)
 	for _, l := range logs {
 		if l.Index > maxPieceIndex {
-			return fmt.Errorf("raft log: index %d is past what the piece layout keys", l.Index)
+			return nil, fmt.Errorf("raft log: index %d is past what the piece layout keys", l.Index)
 		}
 		data := l.Data
 		size := pieceSize(len(data))
@@ -140,7 +166,7 @@ func (p *pieceLog) StoreLogs(logs []*raft.Log) error {
 				Data: data[off:min(off+size, len(data))]})
 		}
 	}
-	return p.store.StoreLogs(out)
+	return out, nil
 }
 
 // GetLog reads an entry's pieces back into one: a read of the store for

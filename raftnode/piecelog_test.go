@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/crownmq/crown/fsm"
+	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
@@ -127,6 +128,64 @@ func TestPieceLogRoundTrip(t *testing.T) {
 			checkExtent(t, p, 0, 0) // emptied
 		})
 	}
+}
+
+// Each piece, encoded as raft-boltdb encodes it, fits with bbolt's page and
+// element headers and its key within the power of two its size was cut
+// below (pieceSlack): raft-boltdb's buffer, grown by doubling, stops there,
+// and a leaf of one or two pieces takes no page more than the data needs.
+func TestPiecesEncodeWithinAPowerOfTwo(t *testing.T) {
+	const bboltHeaders = 16 + 16 + 8 // page header, leaf element, key
+	handle := &codec.MsgpackHandle{BasicHandle: codec.BasicHandle{TimeNotBuiltin: true}}
+	for _, n := range pieceSizes {
+		size := pieceSize(n)
+		limit := size + pieceSlack
+		if limit&(limit-1) != 0 {
+			t.Fatalf("entry of %d bytes: pieces of %d bytes are not a power of two less pieceSlack", n, size)
+		}
+		l := &raft.Log{Index: maxPieceIndex, Term: 1 << 40, Type: raft.LogCommand, Data: entryBytes(1, n),
+			AppendedAt: time.Date(2026, 12, 6, 9, 0, 0, 123456789, time.UTC)}
+		pieces, err := cutPieces([]*raft.Log{l})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range pieces {
+			var buf bytes.Buffer
+			if err := codec.NewEncoder(&buf, handle).Encode(p); err != nil {
+				t.Fatal(err)
+			}
+			if got := buf.Len() + bboltHeaders; got > limit {
+				t.Fatalf("entry of %d bytes, piece %d of %d: %d bytes encoded with bbolt's headers, over %d",
+					n, i+1, len(pieces), got, limit)
+			}
+		}
+	}
+}
+
+// A log cut into pieces of another size (before pieceSlack, every piece
+// but the last was 16 KiB) reads back whole: the reader takes each piece
+// as it finds it.
+func TestPieceLogReadsPiecesOfAnySize(t *testing.T) {
+	store := raft.NewInmemStore()
+	p := newPieceLog(store)
+	want := &raft.Log{Index: 7, Term: 2, Type: raft.LogCommand, Data: entryBytes(7, 160<<10),
+		AppendedAt: time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)}
+	const old = 16 << 10
+	n := (len(want.Data) + old - 1) / old
+	head := append(appendPieceHead(nil, n, len(want.Data)), want.Data[:old]...)
+	pieces := []*raft.Log{{Index: pieceKey(7), Term: 2, Type: raft.LogCommand, Data: head, AppendedAt: want.AppendedAt}}
+	for off := old; off < len(want.Data); off += old {
+		pieces = append(pieces, &raft.Log{Index: pieceKey(7) + uint64(len(pieces)), Term: 2, Type: raft.LogCommand,
+			Data: want.Data[off:min(off+old, len(want.Data))]})
+	}
+	if err := store.StoreLogs(pieces); err != nil {
+		t.Fatal(err)
+	}
+	var got raft.Log
+	if err := p.GetLog(7, &got); err != nil {
+		t.Fatal(err)
+	}
+	sameLog(t, &got, want)
 }
 
 // Damaged pieces are errors that say so, never a panic or a short entry.
