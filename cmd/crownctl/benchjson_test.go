@@ -195,3 +195,47 @@ func FuzzBenchAnswers(f *testing.F) {
 		pushResults(b)
 	})
 }
+
+// benchAnswers are a pop answer of 100 messages of the benchmark's 256-byte
+// payloads and the answer to their ack batch, in the server's shapes.
+func benchAnswers() (pop, ack []byte) {
+	pad := strings.Repeat("x", 220)
+	pop = []byte(`{"success":true,"queue":"bench-q0","partition":"p3","partitionId":"01a24a7e-03d0-7000-8000-00000046e47c","leaseId":"01a24a7e-03dd-7000-8000-00000046e47f","consumerGroup":"bench-g0","partitionsClaimed":1,"messages":[`)
+	ack = []byte(`[`)
+	for i := range 100 {
+		if i > 0 {
+			pop, ack = append(pop, ','), append(ack, ',')
+		}
+		txn := `"run-3-` + strings.Repeat("1", 5) + string(rune('0'+i%10)) + `"`
+		pop = append(pop, `{"id":"01a24a7e-03d0-7000-8000-00000046e47d","transactionId":`+txn+
+			`,"queue":"bench-q0","partition":"p3","partitionId":"01a24a7e-03d0-7000-8000-00000046e47c","leaseId":"01a24a7e-03dd-7000-8000-00000046e47f","consumerGroup":"bench-g0","data":{"p":3,"s":11111,"pad":"`+pad+
+			`"},"traceId":null,"producerSub":null,"createdAt":"2026-12-06T08:35:02.224838Z","retryCount":0}`...)
+		ack = append(ack, `{"index":0,"transactionId":`+txn+`,"success":true,"error":null,"queueName":"bench-q0","partitionName":"p3","leaseReleased":false,"dlq":false,"dropped":false}`...)
+	}
+	return append(pop, "]}"...), append(ack, ']')
+}
+
+// BenchmarkPopDeliveries reads a pop answer of 100 messages, as each
+// consumer does for every batch on the machine it measures.
+func BenchmarkPopDeliveries(b *testing.B) {
+	pop, _ := benchAnswers()
+	b.SetBytes(int64(len(pop)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if ds, err := popDeliveries(pop, 100); err != nil || len(ds) != 100 {
+			b.Fatal(len(ds), err)
+		}
+	}
+}
+
+// BenchmarkAckResults reads the answer to an ack batch of 100.
+func BenchmarkAckResults(b *testing.B) {
+	_, ack := benchAnswers()
+	b.SetBytes(int64(len(ack)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if ok, err := ackResults(ack); err != nil || len(ok) != 100 || !ok[99] {
+			b.Fatal(len(ok), err)
+		}
+	}
+}
