@@ -286,9 +286,84 @@ func parsePushItems(raw json.RawMessage, field string, lim Limits, allowData boo
 func parsePushItem(raw json.RawMessage, field string, i int, lim Limits, allowData bool, out *fsm.PushItem) *apiError {
 	var r rawPushItem
 	if jsonscan.ObjectValidRaw(raw, r.member) != nil {
-		where := fmt.Sprintf("%s[%d]", field, i)
-		return badRequest(codeInvalidField, where, "%s must be an object", where)
+		return notAnItem(field, i)
 	}
+	return r.item(field, i, lim, allowData, out)
+}
+
+func notAnItem(field string, i int) *apiError {
+	where := fmt.Sprintf("%s[%d]", field, i)
+	return badRequest(codeInvalidField, where, "%s must be an object", where)
+}
+
+// parsePush reads the body of POST /api/v1/push in one pass (jsonscan.Reader)
+// with the answer decodeObject and parsePushItems give
+// (FuzzParsePushOnePass): the leader parses every push, and validating the
+// body first and then walking what was validated read each payload four
+// times. A syntax error anywhere outranks every other error, then a missing
+// array, then the first bad item; "items" given twice counts as its last.
+func parsePush(body []byte, lim Limits) ([]fsm.PushItem, *apiError) {
+	const field = "items"
+	var (
+		raw     json.RawMessage // items when it is not an array
+		isArray bool
+		items   []fsm.PushItem
+		itemErr *apiError // the first bad item; the rest is only validated
+	)
+	r := jsonscan.NewReader(body)
+	item := func() error {
+		i := len(items)
+		if itemErr != nil {
+			return nil
+		}
+		if i == lim.MaxItems {
+			itemErr = badRequest(codeLimit, field, "%s holds more than %d items; the limit is %d per request", field, lim.MaxItems, lim.MaxItems)
+			return nil
+		}
+		var ri rawPushItem
+		err := r.Object(func(k []byte) error {
+			v, err := r.Raw()
+			if err != nil {
+				return err
+			}
+			return ri.member(k, v)
+		})
+		if err == jsonscan.ErrNotObject {
+			itemErr = notAnItem(field, i)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		items = append(items, fsm.PushItem{})
+		itemErr = ri.item(field, i, lim, false, &items[i])
+		return nil
+	}
+	err := r.Object(func(key []byte) error {
+		if string(key) != field {
+			return nil
+		}
+		items, itemErr = make([]fsm.PushItem, 0, 16), nil
+		err := r.Array(item)
+		if isArray, raw = err != jsonscan.ErrNotArray, nil; !isArray {
+			raw, err = r.Raw()
+		}
+		return err
+	})
+	if aerr := bodyError(r, err, ""); aerr != nil {
+		return nil, aerr
+	}
+	if !isArray {
+		return nil, badRequest(absentOr(raw), field, "items array is required")
+	}
+	if itemErr != nil {
+		return nil, itemErr
+	}
+	return items, nil
+}
+
+// item validates the members of item i of field into out.
+func (r *rawPushItem) item(field string, i int, lim Limits, allowData bool, out *fsm.PushItem) *apiError {
 	if r.valid(lim) {
 		// The common case needs no field path: build it only for an error.
 		return r.into("", lim, allowData, out)

@@ -54,11 +54,7 @@ func BenchmarkParsePush100(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		m, err := decodeObject(body, "")
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := parsePushItems(m["items"], "items", DefaultLimits, false); err != nil {
+		if _, err := parsePush(body, DefaultLimits); err != nil {
 			b.Fatal(err)
 		}
 	}

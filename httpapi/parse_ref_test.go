@@ -104,3 +104,46 @@ func TestParseAckBatchOnePassDepth(t *testing.T) {
 		t.Fatalf("refused with %+v, two passes with %+v", gerr, werr)
 	}
 }
+
+// FuzzParsePushOnePass: on any body, parsePush gives what decodeObject and
+// parsePushItems give: the same items, or the same refusal. Items without a
+// transaction id get a new UUIDv7 from each, so those two are compared by
+// form only.
+func FuzzParsePushOnePass(f *testing.F) {
+	for _, s := range []string{
+		`{"items":[{"queue":"q","partition":"p","payload":{"a":1},"transactionId":"t","traceId":"01963a5e-8a7b-7c3d-9e1f-2a3b4c5d6e7f"}]}`,
+		`{"items":[{"queue":"q","payload":1},{"queue":"q","data":2}]}`, `{"items":[]}`, `{"items":null}`, `{}`, `[]`, `[1,]`, ``,
+		`{"items":[{"queue":5}]}`, `{"items":[1,{"queue":"q"}]}`, `{"items":[{"queue":"q"}],"items":{}}`,
+		`{"items":{},"items":[{"queue":"q"}]}`, `{"items":[{"queue":"q"},{"queue":"q"},{"queue":"q"}]}`,
+		`{"items":[{"queue":5}],"x":[}`, `{"it\u0065ms":[{"queue":"q","queue":"r"}]}`, `{"items":[{"queue":"q","traceId":"x"}]}`,
+	} {
+		f.Add([]byte(s), 2)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, maxItems int) {
+		lim := fuzzLimits
+		lim.MaxItems = 1 + (maxItems&0xff)%8
+		got, gerr := parsePush(body, lim)
+		want, werr := parsePushBody(string(body), lim, false)
+		if !reflect.DeepEqual(gerr, werr) {
+			t.Fatalf("%q: refused with %+v, two passes with %+v", body, gerr, werr)
+		}
+		if gerr != nil {
+			return
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%q: %d items, two passes %d", body, len(got), len(want))
+		}
+		for i := range got {
+			g, w := got[i], want[i]
+			if g.TxID != w.TxID {
+				if _, gok := parseUUID(g.TxID); !gok || strings.Contains(string(body), g.TxID) {
+					t.Fatalf("%q: item %d has transaction id %q, two passes %q", body, i, g.TxID, w.TxID)
+				}
+				g.TxID = w.TxID
+			}
+			if !reflect.DeepEqual(g, w) {
+				t.Fatalf("%q: item %d is %+v, two passes %+v", body, i, g, w)
+			}
+		}
+	})
+}

@@ -69,12 +69,7 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	if s.forwardEarly(w, r, body) {
 		return
 	}
-	m, aerr := decodeObject(body, "")
-	if aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	items, aerr := parsePushItems(m["items"], "items", s.cfg.Limits, false)
+	items, aerr := parsePush(body, s.cfg.Limits)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
