@@ -303,63 +303,91 @@ func notAnItem(field string, i int) *apiError {
 // times. A syntax error anywhere outranks every other error, then a missing
 // array, then the first bad item; "items" given twice counts as its last.
 func parsePush(body []byte, lim Limits) ([]fsm.PushItem, *apiError) {
-	const field = "items"
-	var (
-		raw     json.RawMessage // items when it is not an array
-		isArray bool
-		items   []fsm.PushItem
-		itemErr *apiError // the first bad item; the rest is only validated
-	)
+	var items []fsm.PushItem
+	w := itemWalk{field: "items", limit: lim.MaxItems, notObject: func(i int) *apiError { return notAnItem("items", i) }}
 	r := jsonscan.NewReader(body)
-	item := func() error {
-		i := len(items)
-		if itemErr != nil {
+	err := r.Object(func(key []byte) error {
+		if string(key) != w.field {
 			return nil
 		}
-		if i == lim.MaxItems {
-			itemErr = badRequest(codeLimit, field, "%s holds more than %d items; the limit is %d per request", field, lim.MaxItems, lim.MaxItems)
-			return nil
-		}
+		items = make([]fsm.PushItem, 0, 16)
 		var ri rawPushItem
+		return readItems(r, &w, ri.member, func(i int) *apiError {
+			items = append(items, fsm.PushItem{})
+			aerr := ri.item(w.field, i, lim, false, &items[i])
+			ri = rawPushItem{}
+			return aerr
+		})
+	})
+	if aerr := bodyError(r, err, ""); aerr != nil {
+		return nil, aerr
+	}
+	if aerr := w.refusal(); aerr != nil {
+		return nil, aerr
+	}
+	return items, nil
+}
+
+// itemWalk is the state of readItems over an array member of a body read in
+// one pass (jsonscan.Reader).
+type itemWalk struct {
+	field     string
+	limit     int
+	notObject func(i int) *apiError // the refusal of an element that is not an object
+	n         int                   // items read
+	isArray   bool
+	raw       json.RawMessage // the member when it is not an array
+	err       *apiError       // the first refusal
+}
+
+// readItems reads the member's value: each element, while nothing has been
+// refused and fewer than the limit were read, is an object whose members go
+// to member, after which add builds item i from them (and clears what
+// member filled). After the first refusal the rest is only validated, so a
+// syntax error after it still outranks it; a member read again starts over,
+// as a map keeps the last.
+func readItems(r *jsonscan.Reader, w *itemWalk, member func(k, v []byte) error, add func(i int) *apiError) error {
+	w.n, w.err, w.raw = 0, nil, nil
+	err := r.Array(func() error {
+		if w.err != nil {
+			return nil
+		}
+		if w.n == w.limit {
+			w.err = badRequest(codeLimit, w.field, "%s holds more than %d items; the limit is %d per request", w.field, w.limit, w.limit)
+			return nil
+		}
 		err := r.Object(func(k []byte) error {
 			v, err := r.Raw()
 			if err != nil {
 				return err
 			}
-			return ri.member(k, v)
+			return member(k, v)
 		})
 		if err == jsonscan.ErrNotObject {
-			itemErr = notAnItem(field, i)
+			w.err = w.notObject(w.n)
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		items = append(items, fsm.PushItem{})
-		itemErr = ri.item(field, i, lim, false, &items[i])
+		w.err = add(w.n)
+		w.n++
 		return nil
-	}
-	err := r.Object(func(key []byte) error {
-		if string(key) != field {
-			return nil
-		}
-		items, itemErr = make([]fsm.PushItem, 0, 16), nil
-		err := r.Array(item)
-		if isArray, raw = err != jsonscan.ErrNotArray, nil; !isArray {
-			raw, err = r.Raw()
-		}
-		return err
 	})
-	if aerr := bodyError(r, err, ""); aerr != nil {
-		return nil, aerr
+	if w.isArray = err != jsonscan.ErrNotArray; !w.isArray {
+		w.raw, err = r.Raw()
 	}
-	if !isArray {
-		return nil, badRequest(absentOr(raw), field, "items array is required")
+	return err
+}
+
+// refusal is the walk's answer once the body was read without a syntax
+// error: a member that was absent or not an array, else the first refused
+// item.
+func (w *itemWalk) refusal() *apiError {
+	if !w.isArray {
+		return badRequest(absentOr(w.raw), w.field, "%s array is required", w.field)
 	}
-	if itemErr != nil {
-		return nil, itemErr
-	}
-	return items, nil
+	return w.err
 }
 
 // item validates the members of item i of field into out.
@@ -695,74 +723,46 @@ func parseAckBatch(body []byte, lim Limits) (*fsm.Ack, *apiError) {
 		partMsg = "Each acknowledgment must have a valid partitionId string"
 	)
 	var (
-		group, acks json.RawMessage // acks only when it is not an array
-		isArray     bool
-		items       []fsm.AckItem
-		itemErr     *apiError // the first bad acknowledgment; the rest is only validated
+		group json.RawMessage
+		items []fsm.AckItem
 	)
+	w := itemWalk{field: "acknowledgments", limit: lim.MaxItems, notObject: func(i int) *apiError {
+		return badRequest(codeInvalidField, fmt.Sprintf("acknowledgments[%d]", i), "Each acknowledgment must be an object")
+	}}
 	r := jsonscan.NewReader(body)
-	item := func() error {
-		i := len(items)
-		if itemErr != nil {
-			return nil
-		}
-		if i == lim.MaxItems {
-			itemErr = badRequest(codeLimit, "acknowledgments", "acknowledgments holds more than %d items; the limit is %d per request", lim.MaxItems, lim.MaxItems)
-			return nil
-		}
-		var ra rawAck
-		err := r.Object(func(k []byte) error {
-			v, err := r.Raw()
-			if err != nil {
-				return err
-			}
-			return ra.member(k, v)
-		})
-		if err == jsonscan.ErrNotObject {
-			itemErr = badRequest(codeInvalidField, fmt.Sprintf("acknowledgments[%d]", i), "Each acknowledgment must be an object")
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		it, e := ra.item("", txMsg, partMsg)
-		if e != nil {
-			// The common case needs no field path: build it only for an
-			// error, by reading the item again with it.
-			_, itemErr = ra.item(fmt.Sprintf("acknowledgments[%d].", i), txMsg, partMsg)
-			return nil
-		}
-		items = append(items, it)
-		return nil
-	}
 	err := r.Object(func(key []byte) error {
 		var err error
 		switch string(key) {
 		case "consumerGroup":
 			group, err = r.Raw()
-		case "acknowledgments":
-			items, itemErr = make([]fsm.AckItem, 0, 16), nil
-			if err = r.Array(item); err == jsonscan.ErrNotArray {
-				isArray = false
-				acks, err = r.Raw()
-			} else {
-				isArray, acks = true, nil
-			}
+		case w.field:
+			items = make([]fsm.AckItem, 0, 16)
+			var ra rawAck
+			err = readItems(r, &w, ra.member, func(i int) *apiError {
+				it, e := ra.item("", txMsg, partMsg)
+				if e != nil {
+					// The common case needs no field path: build it only
+					// for an error, by reading the item again with it.
+					_, e = ra.item(fmt.Sprintf("acknowledgments[%d].", i), txMsg, partMsg)
+				}
+				items, ra = append(items, it), rawAck{}
+				return e
+			})
 		}
 		return err
 	})
 	if aerr := bodyError(r, err, ""); aerr != nil {
 		return nil, aerr
 	}
-	if !isArray {
-		return nil, badRequest(absentOr(acks), "acknowledgments", "acknowledgments array is required")
+	if !w.isArray {
+		return nil, w.refusal()
 	}
 	g, aerr := groupOf(group, "consumerGroup")
 	if aerr != nil {
 		return nil, aerr
 	}
-	if itemErr != nil {
-		return nil, itemErr
+	if aerr := w.refusal(); aerr != nil {
+		return nil, aerr
 	}
 	return &fsm.Ack{Group: g, Items: items}, nil
 }

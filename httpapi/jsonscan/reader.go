@@ -35,30 +35,16 @@ func (r *Reader) Raw() ([]byte, error) {
 // name, unquoted (aliasing the input unless it holds escapes; valid during
 // the call only), and may read the member's value with one call of Raw,
 // Object or Array. A value fn leaves unread is validated and skipped.
-// ErrNotObject reports a value of another kind; an error from fn ends the
-// walk and is returned as it is.
+// ErrNotObject reports a value of another kind, which stays unread; an error
+// from fn ends the walk and is returned as it is.
 func (r *Reader) Object(fn func(key []byte) error) error {
-	b, i := r.b, r.i
-	if i >= len(b) {
-		return syntaxErr(i, "unexpected end of input")
-	}
-	if b[i] != '{' {
-		return ErrNotObject
-	}
-	if r.depth++; r.depth > MaxDepth {
-		return tooDeep(i)
-	}
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		r.i, r.depth = i+1, r.depth-1
-		return nil
-	}
-	for {
+	i, done, err := r.enter('{', '}', ErrNotObject)
+	for b := r.b; !done && err == nil; i, done, err = r.next(i, '}', "object") {
 		if i >= len(b) || b[i] != '"' {
 			return syntaxErr(i, "expected a member name")
 		}
-		kend, err := skipString(b, i)
-		if err != nil {
+		var kend int
+		if kend, err = skipString(b, i); err != nil {
 			return err
 		}
 		key, _ := UnquoteBytes(b[i:kend]) // valid: skipString checked it
@@ -69,59 +55,61 @@ func (r *Reader) Object(fn func(key []byte) error) error {
 		if i, err = r.value(skipSpace(b, i+1), func() error { return fn(key) }); err != nil {
 			return err
 		}
-		if i >= len(b) {
-			return syntaxErr(i, "unexpected end of input in object")
-		}
-		switch b[i] {
-		case ',':
-			i = skipSpace(b, i+1)
-		case '}':
-			r.i, r.depth = i+1, r.depth-1
-			return nil
-		default:
-			return syntaxErr(i, "expected ',' or '}' in object")
-		}
 	}
+	return err
 }
 
 // Array reads the next value as an array: fn is called for each element and
 // may read it with one call of Raw, Object or Array; an element fn leaves
 // unread is validated and skipped. ErrNotArray reports a value of another
-// kind.
+// kind, which stays unread.
 func (r *Reader) Array(fn func() error) error {
-	b, i := r.b, r.i
-	if i >= len(b) {
-		return syntaxErr(i, "unexpected end of input")
-	}
-	if b[i] != '[' {
-		return ErrNotArray
-	}
-	if r.depth++; r.depth > MaxDepth {
-		return tooDeep(i)
-	}
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == ']' {
-		r.i, r.depth = i+1, r.depth-1
-		return nil
-	}
-	for {
-		var err error
+	i, done, err := r.enter('[', ']', ErrNotArray)
+	for ; !done && err == nil; i, done, err = r.next(i, ']', "array") {
 		if i, err = r.value(i, fn); err != nil {
 			return err
 		}
-		if i >= len(b) {
-			return syntaxErr(i, "unexpected end of input in array")
-		}
-		switch b[i] {
-		case ',':
-			i = skipSpace(b, i+1)
-		case ']':
-			r.i, r.depth = i+1, r.depth-1
-			return nil
-		default:
-			return syntaxErr(i, "expected ',' or ']' in array")
-		}
 	}
+	return err
+}
+
+// enter steps into the object or array that starts at r.i with open, and
+// returns where its first member or element starts, or done when it closes
+// at once (then r.i is past it).
+func (r *Reader) enter(open, close byte, notKind error) (i int, done bool, err error) {
+	b, i := r.b, r.i
+	if i >= len(b) {
+		return i, false, syntaxErr(i, "unexpected end of input")
+	}
+	if b[i] != open {
+		return i, false, notKind
+	}
+	if r.depth++; r.depth > MaxDepth {
+		return i, false, tooDeep(i)
+	}
+	if i = skipSpace(b, i+1); i < len(b) && b[i] == close {
+		r.i, r.depth = i+1, r.depth-1
+		return i, true, nil
+	}
+	return i, false, nil
+}
+
+// next reads what follows a member or element at b[i]: a comma, after which
+// it returns where the next one starts, or close, which ends the container
+// (done, with r.i past it).
+func (r *Reader) next(i int, close byte, kind string) (int, bool, error) {
+	b := r.b
+	if i >= len(b) {
+		return i, false, syntaxErr(i, "unexpected end of input in %s", kind)
+	}
+	switch b[i] {
+	case ',':
+		return skipSpace(b, i+1), false, nil
+	case close:
+		r.i, r.depth = i+1, r.depth-1
+		return i, true, nil
+	}
+	return i, false, syntaxErr(i, "expected ',' or '%c' in %s", close, kind)
 }
 
 // value hands the value at b[i] to fn, steps over it if fn did not read
