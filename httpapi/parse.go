@@ -123,9 +123,10 @@ func decodeObject(b []byte, where string) (map[string]json.RawMessage, *apiError
 
 // bodyError is the error of a one-pass read of a body that must be an
 // object (jsonscan.Reader), err being what reading its top-level object
-// returned: the same as decodeObject gives for a body it refuses, nil when
-// the body was one object and nothing after it.
-func bodyError(r *jsonscan.Reader, err error, where string) *apiError {
+// returned: the same as decodeObject(body, "") gives for a body it refuses,
+// nil when the body was one object and nothing after it.
+func bodyError(r *jsonscan.Reader, err error) *apiError {
+	const where = ""
 	notObject := err == jsonscan.ErrNotObject
 	if notObject {
 		_, err = r.Raw() // a syntax error outranks the kind
@@ -139,7 +140,7 @@ func bodyError(r *jsonscan.Reader, err error, where string) *apiError {
 	case err != nil:
 		return badRequest(codeInvalidJSON, where, "Invalid JSON: %v", err)
 	case notObject:
-		return badRequest(codeInvalidJSON, where, "Invalid JSON: %s must be an object", nameOr(where, "body"))
+		return badRequest(codeInvalidJSON, where, "Invalid JSON: body must be an object")
 	}
 	return nil
 }
@@ -319,7 +320,7 @@ func parsePush(body []byte, lim Limits) ([]fsm.PushItem, *apiError) {
 			return aerr
 		})
 	})
-	if aerr := bodyError(r, err, ""); aerr != nil {
+	if aerr := bodyError(r, err); aerr != nil {
 		return nil, aerr
 	}
 	if aerr := w.refusal(); aerr != nil {
@@ -751,7 +752,7 @@ func parseAckBatch(body []byte, lim Limits) (*fsm.Ack, *apiError) {
 		}
 		return err
 	})
-	if aerr := bodyError(r, err, ""); aerr != nil {
+	if aerr := bodyError(r, err); aerr != nil {
 		return nil, aerr
 	}
 	if !w.isArray {
