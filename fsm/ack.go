@@ -1,8 +1,9 @@
 package fsm
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"slices"
 
 	"github.com/crownmq/crown/segments"
 )
@@ -17,7 +18,7 @@ func applyAck(a *applier, c *Ack) any {
 		i   int
 		ref ackTarget
 	}
-	var todo []pending
+	todo := make([]pending, 0, len(c.Items))
 	for i := range c.Items {
 		ref, ok := s.resolve(&c.Items[i])
 		if !ok {
@@ -26,11 +27,11 @@ func applyAck(a *applier, c *Ack) any {
 		}
 		todo = append(todo, pending{i, ref})
 	}
-	sort.SliceStable(todo, func(x, y int) bool {
-		if todo[x].ref.cur.part.ID != todo[y].ref.cur.part.ID {
-			return todo[x].ref.cur.part.ID < todo[y].ref.cur.part.ID
+	slices.SortStableFunc(todo, func(x, y pending) int {
+		if c := cmp.Compare(x.ref.cur.part.ID, y.ref.cur.part.ID); c != 0 {
+			return c
 		}
-		return todo[x].ref.offset < todo[y].ref.offset
+		return cmp.Compare(x.ref.offset, y.ref.offset)
 	})
 	for _, p := range todo {
 		results[p.i] = s.apply(&c.Items[p.i], p.ref, false)
