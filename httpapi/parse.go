@@ -311,7 +311,7 @@ func parsePush(body []byte, lim Limits) ([]fsm.PushItem, *apiError) {
 		if string(key) != w.field {
 			return nil
 		}
-		items = make([]fsm.PushItem, 0, 16)
+		items = make([]fsm.PushItem, 0, itemsHint(len(body), 256, lim.MaxItems))
 		var ri rawPushItem
 		return readItems(r, &w, ri.member, func(i int) *apiError {
 			items = append(items, fsm.PushItem{})
@@ -328,6 +328,12 @@ func parsePush(body []byte, lim Limits) ([]fsm.PushItem, *apiError) {
 	}
 	return items, nil
 }
+
+// itemsHint is the capacity for the items of a body of n bytes whose items
+// take about per bytes each: grown from 16, the items of a 100-message push
+// were allocated at 16, 32, 64 and 128 (29 KB for 12). At most 128, so that
+// a large body of few items (one big payload) does not allocate for many.
+func itemsHint(n, per, limit int) int { return max(1, min(limit, 128, n/per+1)) }
 
 // itemWalk is the state of readItems over an array member of a body read in
 // one pass (jsonscan.Reader).
@@ -737,7 +743,7 @@ func parseAckBatch(body []byte, lim Limits) (*fsm.Ack, *apiError) {
 		case "consumerGroup":
 			group, err = r.Raw()
 		case w.field:
-			items = make([]fsm.AckItem, 0, 16)
+			items = make([]fsm.AckItem, 0, itemsHint(len(body), 128, lim.MaxItems))
 			var ra rawAck
 			err = readItems(r, &w, ra.member, func(i int) *apiError {
 				it, e := ra.item("", txMsg, partMsg)

@@ -764,3 +764,18 @@ func TestWriteError(t *testing.T) {
 		t.Errorf("body %s", rec.Body.Bytes())
 	}
 }
+
+func TestItemsHint(t *testing.T) {
+	for _, tc := range []struct{ n, per, limit, want int }{
+		{0, 256, 1000, 1},         // an empty body still gets room for one
+		{30_000, 256, 1000, 118},  // a push of 100 benchmark messages
+		{15_000, 128, 1000, 118},  // their acknowledgment
+		{1 << 20, 256, 1000, 128}, // one big payload: no room for thousands
+		{30_000, 256, 10, 10},     // never past the item limit
+		{30_000, 256, 0, 1},       // nor below one
+	} {
+		if got := itemsHint(tc.n, tc.per, tc.limit); got != tc.want {
+			t.Errorf("itemsHint(%d, %d, %d) = %d, want %d", tc.n, tc.per, tc.limit, got, tc.want)
+		}
+	}
+}
