@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/crownmq/crown/cmd/internal/benchkit"
 	"github.com/crownmq/crown/httpapi/jsonscan"
@@ -33,7 +32,7 @@ func pushResults(body []byte) ([]pushResult, error) {
 			case "error":
 				res.Error = str(val)
 			}
-		}, "status", "error")
+		})
 	})
 	return out, ended(r, body, err)
 }
@@ -82,7 +81,7 @@ func popDeliveries(body []byte, hint int) ([]benchkit.Delivery, error) {
 				case "data":
 					d.Bytes = len(val)
 				}
-			}, "transactionId", "partitionId", "leaseId", "data")
+			})
 			if len(hs) == cap(hs) { // more than the hint: earlier handles keep the old array
 				hs = make([]crownHandle, 0, max(hint, 16))
 			}
@@ -149,21 +148,18 @@ func ackResults(body []byte) ([]bool, error) {
 			case "error":
 				failed = str(val) != ""
 			}
-		}, "success", "error")
+		})
 		ok = append(ok, success && !failed)
 		return err
 	})
 	return ok, ended(r, body, err)
 }
 
-// object reads the next value of r as an object and hands fn the raw value
-// of each member named in want; the others are validated and stepped over
-// without being kept.
-func object(r *jsonscan.Reader, fn func(key, val []byte), want ...string) error {
+// object reads the next value of r as an object and hands fn each member's
+// name and raw value (a member fn ignores costs what skipping it would: it
+// is validated either way).
+func object(r *jsonscan.Reader, fn func(key, val []byte)) error {
 	return r.Object(func(key []byte) error {
-		if !slices.Contains(want, string(key)) {
-			return nil
-		}
 		val, err := r.Raw()
 		if err == nil {
 			fn(key, val)
