@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -319,4 +320,32 @@ func mustObject(t *testing.T, body []byte, i int) map[string]json.RawMessage {
 		t.Fatalf("operation %d is not an object: %s", i, err.Message)
 	}
 	return op
+}
+
+// FuzzParseUUID: parseUUID reads ids from request bodies, paths and
+// headers; on any input it agrees with hex decoding of the same digits
+// (dashes at 8-4-4-4-12, or none), for both of its input types.
+func FuzzParseUUID(f *testing.F) {
+	for _, s := range []string{"01963a5e-8a7b-7c3d-9e1f-2a3b4c5d6e7f", "01963A5E8A7B7C3D9E1F2A3B4C5D6E7F",
+		"01963a5e-8a7b-7c3d-9e1f-2a3b4c5d6e7g", "01963a5e_8a7b_7c3d_9e1f_2a3b4c5d6e7f", "", "-"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want, wok := [16]byte{}, false
+		digits := s
+		if len(s) == 36 && s[8] == '-' && s[13] == '-' && s[18] == '-' && s[23] == '-' {
+			digits = s[:8] + s[9:13] + s[14:18] + s[19:23] + s[24:]
+		}
+		if len(digits) == 32 && (len(s) == 32 || len(s) == 36) {
+			if b, err := hex.DecodeString(digits); err == nil {
+				want, wok = [16]byte(b), true
+			}
+		}
+		if got, ok := parseUUID(s); ok != wok || got != want {
+			t.Fatalf("parseUUID(%q) = %x, %v; want %x, %v", s, got, ok, want, wok)
+		}
+		if got, ok := parseUUID([]byte(s)); ok != wok || got != want {
+			t.Fatalf("parseUUID([]byte(%q)) = %x, %v; want %x, %v", s, got, ok, want, wok)
+		}
+	})
 }

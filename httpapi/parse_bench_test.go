@@ -59,3 +59,14 @@ func BenchmarkParsePush100(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkParseUUID reads a dashed id, as every acknowledgment names its
+// partition and lease.
+func BenchmarkParseUUID(b *testing.B) {
+	in := []byte("0193a6b2-7c1d-7e55-9a41-1f2e3d4c5b6a")
+	for b.Loop() {
+		if _, ok := parseUUID(in); !ok {
+			b.Fatal("refused")
+		}
+	}
+}

@@ -107,41 +107,55 @@ func formatUUID(id [16]byte) string {
 // parseUUID accepts the canonical hyphenated form (any case) and 32 bare
 // hex digits.
 func parseUUID[T ~string | ~[]byte](s T) (id [16]byte, ok bool) {
-	dashed := len(s) == 36
-	if dashed {
+	at := &hexPairsPlain
+	switch len(s) {
+	case 36:
 		if s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
 			return id, false
 		}
-	} else if len(s) != 32 {
+		at = &hexPairsDashed
+	case 32:
+	default:
 		return id, false
 	}
-	j := 0
-	for i := range id {
-		if dashed && (j == 8 || j == 13 || j == 18 || j == 23) {
-			j++
-		}
-		hi, lo := unhex(s[j]), unhex(s[j+1])
-		if hi > 0xf || lo > 0xf {
-			return [16]byte{}, false
-		}
+	// Without a branch a digit: a byte that is not a hex digit reads as
+	// 0xff, whose high bits survive the OR. Every ack names a partition and
+	// a lease this way, and the leader parses every ack.
+	var bad byte
+	for i, j := range at {
+		hi, lo := hexValue[s[j]], hexValue[s[j+1]]
+		bad |= hi | lo
 		id[i] = hi<<4 | lo
-		j += 2
+	}
+	if bad > 0xf {
+		return [16]byte{}, false
 	}
 	return id, true
 }
 
-// unhex is one hex digit's value, or 0xff for any other byte.
-func unhex(c byte) byte {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0'
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10
+// hexPairsDashed and hexPairsPlain are where each byte's two digits start
+// in the dashed (8-4-4-4-12) and plain forms.
+var (
+	hexPairsDashed = [16]uint8{0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34}
+	hexPairsPlain  = [16]uint8{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30}
+)
+
+// hexValue is each byte's value as a hex digit, 0xff for any other byte.
+var hexValue = func() (t [256]byte) {
+	for c := range t {
+		switch {
+		case '0' <= c && c <= '9':
+			t[c] = byte(c - '0')
+		case 'a' <= c && c <= 'f':
+			t[c] = byte(c - 'a' + 10)
+		case 'A' <= c && c <= 'F':
+			t[c] = byte(c - 'A' + 10)
+		default:
+			t[c] = 0xff
+		}
 	}
-	return 0xff
-}
+	return t
+}()
 
 // newUUIDv7 makes a time-ordered random UUID for ids the receiving node
 // assigns (transaction ids of items that came without one).
