@@ -1,8 +1,23 @@
 # Shared by the benchmark scripts (bench-vs-nats.sh, bench-partitions.sh,
 # bench-targets.sh, bench-ab.sh): sourced, not run. The including script
-# defines log and die, the globals ROOT, BIN_DIR, HOST, CROWN_DIR,
-# CROWN_HTTP, CROWN_RAFT and WAIT, and for run_phases and out the globals
-# they name.
+# defines log and die and ROOT, calls bench_settings (or, as bench-ab.sh,
+# sets what it uses itself), and for run_phases and out defines the
+# globals they name.
+
+# bench_settings NAME HTTP RAFT: the globals of a script that runs one
+# Crown cluster: its work directory (BENCH_DIR, default data/NAME), the
+# first HTTP and Raft ports of its three nodes (BENCH_CROWN_HTTP_PORT and
+# BENCH_CROWN_RAFT_PORT, defaults HTTP and RAFT) and how long to wait for
+# it (BENCH_WAIT).
+bench_settings() {
+	BIN_DIR="$ROOT/bin"
+	WORK="$(realpath -m -- "${BENCH_DIR:-$ROOT/data/$1}")"
+	CROWN_DIR="$WORK/crown"
+	HOST=127.0.0.1
+	CROWN_HTTP="${BENCH_CROWN_HTTP_PORT:-$2}" # crownd HTTP ports
+	CROWN_RAFT="${BENCH_CROWN_RAFT_PORT:-$3}" # crownd Raft ports
+	WAIT="${BENCH_WAIT:-60}"
+}
 
 crown_urls() { echo "http://$HOST:$CROWN_HTTP,http://$HOST:$((CROWN_HTTP + 1)),http://$HOST:$((CROWN_HTTP + 2))"; }
 crown_bench() { "$BIN_DIR/crownctl" --url "$(crown_urls)" bench run "$@" --json; }

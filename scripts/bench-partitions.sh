@@ -6,15 +6,9 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BIN_DIR="$ROOT/bin"
-WORK="$(realpath -m -- "${BENCH_DIR:-$ROOT/data/bench-partitions}")"
-CROWN_DIR="$WORK/crown"
-HOST=127.0.0.1
-CROWN_HTTP="${BENCH_CROWN_HTTP_PORT:-16680}" # crownd HTTP ports
-CROWN_RAFT="${BENCH_CROWN_RAFT_PORT:-17680}" # crownd Raft ports
-WAIT="${BENCH_WAIT:-60}"
 # shellcheck source=scripts/bench-lib.sh
 source "$ROOT/scripts/bench-lib.sh"
+bench_settings bench-partitions 16680 17680
 
 ROUNDS=3
 MANY=10000

@@ -6,15 +6,9 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BIN_DIR="$ROOT/bin"
-WORK="$(realpath -m -- "${BENCH_DIR:-$ROOT/data/bench-targets}")"
-CROWN_DIR="$WORK/crown"
-HOST=127.0.0.1
-CROWN_HTTP="${BENCH_CROWN_HTTP_PORT:-16690}" # crownd HTTP ports
-CROWN_RAFT="${BENCH_CROWN_RAFT_PORT:-17690}" # crownd Raft ports
-WAIT="${BENCH_WAIT:-60}"
 # shellcheck source=scripts/bench-lib.sh
 source "$ROOT/scripts/bench-lib.sh"
+bench_settings bench-targets 16690 17690
 
 FILL=1000000
 HALF_COUNT=300000

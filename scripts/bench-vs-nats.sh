@@ -7,19 +7,13 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 GO="${GO:-go}"
-BIN_DIR="$ROOT/bin"
-WORK="$(realpath -m -- "${BENCH_DIR:-$ROOT/data/bench-vs-nats}")"
+# shellcheck source=scripts/bench-lib.sh
+source "$ROOT/scripts/bench-lib.sh"
+bench_settings bench-vs-nats 16640 17640
 NATS_DIR="$WORK/nats"
-CROWN_DIR="$WORK/crown"
-HOST=127.0.0.1
 NATS_PORT="${BENCH_NATS_PORT:-14222}"        # client ports NATS_PORT..+2
 NATS_ROUTE="${BENCH_NATS_ROUTE_PORT:-16222}" # cluster route ports
 NATS_HTTP="${BENCH_NATS_HTTP_PORT:-18222}"   # monitoring ports (/healthz)
-CROWN_HTTP="${BENCH_CROWN_HTTP_PORT:-16640}" # crownd HTTP ports
-CROWN_RAFT="${BENCH_CROWN_RAFT_PORT:-17640}" # crownd Raft ports
-WAIT="${BENCH_WAIT:-60}"
-# shellcheck source=scripts/bench-lib.sh
-source "$ROOT/scripts/bench-lib.sh"
 # The default workload; arguments given to the script are appended (a flag
 # given twice: the last one wins).
 DEFAULT_FLAGS=(--count 500000 --payload-size 256 --push-batch 100 --pop-batch 100
