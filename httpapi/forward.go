@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/crownmq/crown/fsm"
+	"github.com/crownmq/crown/httpapi/relay"
 	"github.com/crownmq/crown/raftnode"
 )
 
@@ -34,10 +35,13 @@ const (
 
 func pathUnescape(s string) (string, error) { return url.PathUnescape(s) }
 
-// forwarder relays requests to the leader over pooled keep-alive connections.
+// forwarder relays requests to the leader: over the leader's relay
+// connection (httpapi/relay) when it takes one and the node is configured
+// for it, else over pooled keep-alive HTTP connections.
 type forwarder struct {
 	s      *Server
 	client *http.Client
+	conns  *relay.Client // nil: --forward-protocol http
 }
 
 func newForwarder(s *Server) *forwarder {
@@ -48,8 +52,15 @@ func newForwarder(s *Server) *forwarder {
 		MaxIdleConnsPerHost: 128,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	return &forwarder{s: s, client: &http.Client{Transport: tr}}
+	f := &forwarder{s: s, client: &http.Client{Transport: tr}}
+	if s.cfg.ForwardProtocol != ForwardHTTP {
+		f.conns = relay.NewClient(relay.ClientConfig{DialTimeout: 2 * time.Second, MaxAnswerBytes: maxAnswerBytes + 1<<20})
+	}
+	return f
 }
+
+// forwardedHeaders are copied from the client's request to the leader.
+var forwardedHeaders = []string{"Content-Type", "Accept", "Authorization", "X-OJS-Client-Id", "X-Request-Id", "OJS-Version"}
 
 // leaderURL waits (up to LeaderWait) for a leader other than this node whose
 // HTTP address is in the replicated registry.
@@ -329,6 +340,14 @@ func (f *forwarder) relayWith(w http.ResponseWriter, r *http.Request, body []byt
 // so that a connection lost midway becomes a clean 503 rather than half a
 // 200. The bytes are valid until release is called.
 func readAnswer(resp *http.Response) ([]byte, func(), error) {
+	body := resp.Body
+	if fb, ok := body.(*finishingBody); ok {
+		body = fb.ReadCloser
+	}
+	if rb, ok := body.(*relayBody); ok {
+		// Already read whole, and valid until the body is closed.
+		return rb.answer.Body, func() {}, nil
+	}
 	b, release, err := readPooled(resp.Body, resp.ContentLength, maxAnswerBytes+1)
 	if err == nil && len(b) > maxAnswerBytes {
 		err = fmt.Errorf("answer longer than %d bytes", maxAnswerBytes)
@@ -351,6 +370,11 @@ func (f *forwarder) do(ctx context.Context, r *http.Request, body []byte, leader
 	if hops >= maxHops {
 		return nil, &apiError{Status: http.StatusServiceUnavailable, Code: codeNoLeader,
 			Message: "Leadership is moving; the request was not applied, retry"}
+	}
+	if f.conns != nil {
+		if resp, aerr, ok := f.doRelay(ctx, r, body, leader, uri, hops); ok {
+			return resp, aerr
+		}
 	}
 	var rd io.Reader
 	if body != nil {
@@ -385,35 +409,100 @@ func (f *forwarder) do(ctx context.Context, r *http.Request, body []byte, leader
 		cancel()
 		return nil, &apiError{Status: 500, Code: codeInternal, Message: "build forwarded request: " + err.Error()}
 	}
-	for _, h := range []string{"Content-Type", "Accept", "Authorization", "X-OJS-Client-Id", "X-Request-Id", "OJS-Version"} {
+	for _, h := range forwardedHeaders {
 		if v := r.Header.Get(h); v != "" {
 			req.Header.Set(h, v)
 		}
 	}
 	req.Header.Set(headerHops, strconv.Itoa(hops+1))
-	resp, err := f.send(req, cancel)
+	resp, err := f.send(ctx, cancel, func() (*http.Response, error) { return f.client.Do(req) })
 	if err != nil {
 		if !sent.Load() || (isDialError(err) && !wrote.Load()) {
-			return nil, &apiError{Status: http.StatusServiceUnavailable, Code: codeNoLeader, notSent: true,
-				Message: "The leader could not be reached; nothing was applied: " + err.Error()}
+			return nil, notReached(err)
 		}
-		return nil, &apiError{Status: http.StatusServiceUnavailable, Code: codeNotLeaderForw,
-			Message: "Forwarding to the leader failed; the request may have been applied. Retry: pushes with the same transactionId are deduplicated: " + err.Error()}
+		return nil, forwardLost(err)
 	}
 	return resp, nil
 }
 
-// send performs a forwarded request, abandoning it when this node's view of
+// notReached is the answer to a forward that applied nothing.
+func notReached(err error) *apiError {
+	return &apiError{Status: http.StatusServiceUnavailable, Code: codeNoLeader, notSent: true,
+		Message: "The leader could not be reached; nothing was applied: " + err.Error()}
+}
+
+// forwardLost is the answer to a forward whose outcome is not known.
+func forwardLost(err error) *apiError {
+	return &apiError{Status: http.StatusServiceUnavailable, Code: codeNotLeaderForw,
+		Message: "Forwarding to the leader failed; the request may have been applied. Retry: pushes with the same transactionId are deduplicated: " + err.Error()}
+}
+
+// doRelay forwards over the leader's relay connection. ok is false, with
+// nothing sent, when the leader takes none: the caller forwards over HTTP.
+// The request is the one do would send, and its errors mean the same.
+func (f *forwarder) doRelay(ctx context.Context, r *http.Request, body []byte, leader, uri string, hops int) (*http.Response, *apiError, bool) {
+	req := &relay.Request{Method: r.Method, Target: uri, Body: body, Fields: make([]relay.Field, 0, len(forwardedHeaders)+1)}
+	for _, h := range forwardedHeaders {
+		if v := r.Header.Get(h); v != "" {
+			req.Fields = append(req.Fields, relay.Field{Name: h, Value: v})
+		}
+	}
+	req.Fields = append(req.Fields, relay.Field{Name: headerHops, Value: strconv.Itoa(hops + 1)})
+	ctx, cancel := context.WithCancel(ctx)
+	resp, err := f.send(ctx, cancel, func() (*http.Response, error) {
+		a, err := f.conns.Do(ctx, leader, req)
+		if err != nil {
+			return nil, err
+		}
+		return relayedResponse(a), nil
+	})
+	var notSent *relay.NotSentError
+	switch {
+	case err == nil:
+		return resp, nil, true
+	case errors.Is(err, relay.ErrUnsupported):
+		return nil, nil, false
+	case errors.As(err, &notSent), errors.Is(err, errLeaderChangedUnsent):
+		return nil, notReached(err), true
+	default:
+		return nil, forwardLost(err), true
+	}
+}
+
+// relayedResponse presents a relay answer as the HTTP answer it stands for.
+func relayedResponse(a *relay.Response) *http.Response {
+	h := make(http.Header, len(a.Fields))
+	for _, fl := range a.Fields {
+		h.Add(fl.Name, fl.Value)
+	}
+	return &http.Response{Status: strconv.Itoa(a.Status) + " " + http.StatusText(a.Status), StatusCode: a.Status,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h,
+		Body: &relayBody{Reader: bytes.NewReader(a.Body), answer: a}, ContentLength: int64(len(a.Body))}
+}
+
+// relayBody is a relay answer's body; closing it releases the answer.
+type relayBody struct {
+	*bytes.Reader
+	answer *relay.Response
+}
+
+func (b *relayBody) Close() error {
+	b.answer.Release()
+	return nil
+}
+
+// send performs a forwarded request (roundTrip, whose request has context
+// ctx), abandoning it when this node's view of
 // the leader changes before the answer has been read: a leader that was
 // paused (SIGSTOP, a VM stall) or cut off keeps the connection open and
 // answers nothing, and the client should hear "unknown outcome, retry"
 // once a new leader is known rather than wait for its own timeout. cancel
-// cancels req's context; it runs when the answer's body is closed.
+// cancels ctx; it runs when the answer's body is closed.
 //
 // The watch starts here, after the leader was resolved: a change in the
 // microseconds between the two is not seen, and such a request waits for
 // the old leader as it did before this watch existed.
-func (f *forwarder) send(req *http.Request, cancel context.CancelFunc) (*http.Response, error) {
+func (f *forwarder) send(ctx context.Context, cancel context.CancelFunc, roundTrip func() (*http.Response, error)) (*http.Response, error) {
 	view := f.s.cluster.LeaderView()
 	if view.Err() != nil {
 		// The leader changed between resolving it and sending: nothing
@@ -423,21 +512,21 @@ func (f *forwarder) send(req *http.Request, cancel context.CancelFunc) (*http.Re
 		// writing the request, turning "not sent" into "may have been
 		// applied".
 		cancel()
-		return nil, errors.New("the leader changed before the request was sent")
+		return nil, errLeaderChangedUnsent
 	}
 	var abandoned atomic.Bool
 	stop := func() bool { return false }
 	// A request whose own effect is a new leader (a transfer) is not
 	// watched: the old leader answers once the change has happened, so the
 	// change is no reason to give up on that answer.
-	if req.Context().Value(leaderChangeExpected{}) == nil {
+	if ctx.Value(leaderChangeExpected{}) == nil {
 		stop = context.AfterFunc(view, func() {
 			abandoned.Store(true)
 			cancel()
 		})
 	}
 	finish := sync.OnceFunc(func() { stop(); cancel() })
-	resp, err := f.client.Do(req)
+	resp, err := roundTrip()
 	if err != nil {
 		finish()
 		if abandoned.Load() {
@@ -448,6 +537,9 @@ func (f *forwarder) send(req *http.Request, cancel context.CancelFunc) (*http.Re
 	resp.Body = &finishingBody{ReadCloser: resp.Body, finish: finish}
 	return resp, nil
 }
+
+// errLeaderChangedUnsent: the leader changed before the request was sent.
+var errLeaderChangedUnsent = errors.New("the leader changed before the request was sent")
 
 // leaderChangeExpected marks, in a request's context, a request whose
 // relay must not be abandoned when this node's view of the leader changes,
@@ -631,4 +723,88 @@ func (s *Server) fetchReadIndex(ctx context.Context, leader string) (uint64, err
 		return 0, err
 	}
 	return v.Index, nil
+}
+
+// Forward protocols (Config.ForwardProtocol).
+const (
+	ForwardRelay = "relay"
+	ForwardHTTP  = "http"
+)
+
+// relayConns counts the relay connections this node serves as the leader,
+// so that a shutdown waits for their answers (WaitRelays) after Drain has
+// stopped them reading.
+//
+// Lock order: mu is a leaf.
+type relayConns struct {
+	mu      sync.Mutex
+	n       int
+	closing bool
+	idle    chan struct{} // closed when n drops to 0 while closing
+}
+
+func (c *relayConns) enter() (func(), bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return nil, false
+	}
+	c.n++
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.n--
+		if c.n == 0 && c.idle != nil {
+			close(c.idle)
+			c.idle = nil
+		}
+	}, true
+}
+
+// wait refuses new connections and waits for the served ones to end.
+func (c *relayConns) wait(ctx context.Context) error {
+	c.mu.Lock()
+	c.closing = true
+	if c.n == 0 {
+		c.mu.Unlock()
+		return nil
+	}
+	if c.idle == nil {
+		c.idle = make(chan struct{})
+	}
+	idle := c.idle
+	c.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("relay connections still open: %w", ctx.Err())
+	}
+}
+
+// serveRelay takes over a follower's relay connection (httpapi/relay): its
+// requests are served by the same handler as HTTP ones.
+func (s *Server) serveRelay(w http.ResponseWriter, r *http.Request) {
+	relay.Upgrade(w, r, relay.ServerConfig{
+		Handler: http.HandlerFunc(s.serve),
+		// A follower reads a body within the limit before it forwards it;
+		// the rest is the target and headers.
+		MaxRequestBytes: int(s.cfg.Limits.MaxBodyBytes) + 1<<20,
+		Headers:         relayedHeaders,
+		Closing:         s.closing,
+		Enter:           s.relays.enter,
+		Logger:          s.log,
+	})
+}
+
+// WaitRelays waits, after Drain, until the relay connections this node
+// serves have sent the answers of the requests they read (each ends
+// after its go-away frame), or ctx ends.
+func (s *Server) WaitRelays(ctx context.Context) error { return s.relays.wait(ctx) }
+
+// CloseForwarding ends this node's relay connections to a leader.
+func (s *Server) CloseForwarding() {
+	if s.fwd.conns != nil {
+		s.fwd.conns.Close()
+	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/crownmq/crown/fsm"
 	"github.com/crownmq/crown/httpapi"
+	"github.com/crownmq/crown/httpapi/relay"
 	"github.com/crownmq/crown/raftnode"
 )
 
@@ -101,7 +102,39 @@ func newFollowerStackServer(t *testing.T, handler http.HandlerFunc, opts ...stac
 // and makes view follow it.
 func followGhost(t *testing.T, s *stack, view *followerView, handler http.Handler) *httptest.Server {
 	t.Helper()
-	leader := httptest.NewServer(handler)
+	return followGhostAt(t, s, view, httptest.NewServer(asOldLeader(handler)))
+}
+
+// asOldLeader serves handler as a leader of a version before relay
+// connections: its upgrade gets 404 and followers forward over HTTP, so the
+// handler sees only forwarded requests, as plain HTTP requests.
+func asOldLeader(handler http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == relay.Path {
+			http.NotFound(w, r)
+			return
+		}
+		handler.ServeHTTP(w, r)
+	})
+}
+
+// asRelayLeader serves handler over followers' relay connections, as a
+// Crown leader does.
+func asRelayLeader(handler http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == relay.Path {
+			relay.Upgrade(w, r, relay.ServerConfig{Handler: handler, MaxRequestBytes: 32 << 20,
+				Headers: []string{"Content-Type", "X-Crown-Index"}})
+			return
+		}
+		t := "a follower forwarded over HTTP to a leader that takes relay connections: " + r.URL.RequestURI()
+		http.Error(w, t, http.StatusTeapot)
+	})
+}
+
+// followGhostAt registers leader as "ghost" and makes view follow it.
+func followGhostAt(t *testing.T, s *stack, view *followerView, leader *httptest.Server) *httptest.Server {
+	t.Helper()
 	t.Cleanup(leader.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -29,7 +29,7 @@ func TestRelayFollowsARegisteredAddressChange(t *testing.T) {
 			t.Fatalf("push: %d %s", r.Status, r.Raw)
 		}
 	}
-	moved := httptest.NewServer(answer(&second))
+	moved := httptest.NewServer(asOldLeader(answer(&second)))
 	t.Cleanup(moved.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -21,6 +21,7 @@ import (
 	"github.com/crownmq/crown/fsm"
 	"github.com/crownmq/crown/httpapi/envelope"
 	"github.com/crownmq/crown/httpapi/ojs"
+	"github.com/crownmq/crown/httpapi/relay"
 	"github.com/crownmq/crown/raftnode"
 )
 
@@ -74,6 +75,9 @@ type Config struct {
 	// OJSStrict turns off implicit queue creation by OJS pause and resume
 	// (--ojs-strict-queues).
 	OJSStrict bool
+	// ForwardProtocol is how a follower forwards to the leader:
+	// ForwardRelay (the default) or ForwardHTTP (--forward-protocol).
+	ForwardProtocol string
 }
 
 // Server is the HTTP API of one node.
@@ -103,6 +107,8 @@ type Server struct {
 	delivered *delivered
 	// nodeAddrs keeps the registry's HTTP addresses (forward.go).
 	nodeAddrs nodeAddrs
+	// relays counts the followers' relay connections served here.
+	relays relayConns
 }
 
 // New builds the server and subscribes its long-poll waiters to commits.
@@ -154,6 +160,13 @@ func (s *Server) Drain() {
 func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serve) }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == relay.Path && r.Method == http.MethodGet {
+		// Not instrumented as a request: the connection lives for as long
+		// as this node leads, and each request it carries comes back
+		// through serve.
+		s.serveRelay(w, r)
+		return
+	}
 	h := w.Header()
 	h.Set("Access-Control-Allow-Origin", "*")
 	h.Set("Access-Control-Allow-Methods", "GET, POST, PUT, PATCH, DELETE, OPTIONS")

@@ -123,6 +123,12 @@ func newStackWrapped(t testing.TB, wrap func(httpapi.Cluster) httpapi.Cluster, o
 		<-registered
 		api.Drain()
 		srv.Close()
+		wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := api.WaitRelays(wctx); err != nil {
+			t.Errorf("WaitRelays: %v", err)
+		}
+		wcancel()
+		api.CloseForwarding()
 		if err := node.Shutdown(); err != nil {
 			t.Errorf("node.Shutdown: %v", err)
 		}

@@ -143,3 +143,34 @@ func TestHealthcheckBadCommandLine(t *testing.T) {
 		t.Errorf("healthcheck of a dead address: exit %d, want 1 (stderr %q)", code, errb.String())
 	}
 }
+
+// --forward-protocol takes relay (the default) or http; anything else is
+// refused naming the flag, from the command line and from its variable.
+func TestForwardProtocolValues(t *testing.T) {
+	base := []string{"--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:7632"}
+	for _, v := range []string{"relay", "http"} {
+		c, err := parseConfig(append(append([]string(nil), base...), "--forward-protocol", v), noEnv, &bytes.Buffer{}, &bytes.Buffer{})
+		if err != nil || c.ForwardProtocol != v {
+			t.Errorf("--forward-protocol %s: %v, want accepted", v, err)
+		}
+	}
+	if c, err := parseConfig(base, noEnv, &bytes.Buffer{}, &bytes.Buffer{}); err != nil || c.ForwardProtocol != "relay" {
+		t.Errorf("default forward protocol %q (%v), want relay", c.ForwardProtocol, err)
+	}
+	for _, v := range []string{"", "udp", "HTTP/2"} {
+		if _, err := parseConfig(append(append([]string(nil), base...), "--forward-protocol", v), noEnv, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "--forward-protocol") {
+			t.Errorf("--forward-protocol %q: %v, want an error naming the flag", v, err)
+		}
+		env := func(k string) string {
+			if k == "CROWN_FORWARD_PROTOCOL" {
+				return v
+			}
+			return ""
+		}
+		if v != "" {
+			if _, err := parseConfig(base, env, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "--forward-protocol") {
+				t.Errorf("CROWN_FORWARD_PROTOCOL=%s: %v, want an error naming the flag", v, err)
+			}
+		}
+	}
+}

@@ -66,6 +66,7 @@ type config struct {
 	Pprof             bool
 	RaftMetrics       bool
 	OJSStrict         bool
+	ForwardProtocol   string
 	FSMSync           bool
 	FSMWriteback      time.Duration
 	FSMCommitInterval time.Duration
@@ -108,6 +109,7 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the HTTP address")
 	fs.BoolVar(&c.RaftMetrics, "raft-metrics", true, "export Raft's own timers (log store appends, commit time, replication round trips, apply) on /metrics/prometheus as crown_raft_* summaries")
 	fs.BoolVar(&c.OJSStrict, "ojs-strict-queues", false, "OJS API: pause and resume of an unknown queue get 404 instead of creating it")
+	fs.StringVar(&c.ForwardProtocol, "forward-protocol", httpapi.ForwardRelay, "how a follower forwards writes and pops to the leader: relay (many at a time over one connection to the leader, taken over from an HTTP request on its HTTP port; HTTP when the leader does not take it) or http (a keep-alive HTTP request each)")
 	fs.BoolVar(&c.VerifyAcks, "verify-acks", false, "testing aid: resolve every acknowledgment a second way too (the offset the leader wrote against the index, the index against a scan of the batch) and stop the node at the first disagreement; costs what the first way saves")
 	fs.BoolVar(&c.FSMSync, "fsm-sync", false, "fsync the state database on every commit (the Raft log is always fsynced; see README, Durability)")
 	fs.DurationVar(&c.FSMWriteback, "fsm-writeback", 250*time.Millisecond, "without --fsm-sync: have the kernel start writing the state's dirty pages this often, so they reach the disk in small pieces rather than bursts that stall Raft's fsyncs (0: leave it to the kernel; Linux only)")
@@ -176,6 +178,9 @@ Flags:
 	c.GOGCEnv = getenv("GOGC")
 	if err := c.LogLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	if c.ForwardProtocol != httpapi.ForwardRelay && c.ForwardProtocol != httpapi.ForwardHTTP {
+		return nil, fmt.Errorf("--forward-protocol must be relay or http, got %q", c.ForwardProtocol)
 	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		return nil, fmt.Errorf("--log-format must be json or text, got %q", c.LogFormat)
@@ -483,7 +488,7 @@ func runNode(c *config, log *slog.Logger) error {
 	api := httpapi.New(httpapi.Config{
 		NodeID: c.NodeID, AdvertiseURL: c.HTTPAdvertise, RaftAddr: c.RaftAdvertise, LeaderWait: c.LeaderWait,
 		Hotlist: c.Hotlist, WindowBatch: c.WindowBatch, Key: c.Key, Logger: log, Registry: reg,
-		Pprof: c.Pprof, Version: version, OJSStrict: c.OJSStrict,
+		Pprof: c.Pprof, Version: version, OJSStrict: c.OJSStrict, ForwardProtocol: c.ForwardProtocol,
 		// Every write acknowledged before a crash is in the log; local
 		// reads wait until the replay has applied it.
 		ReadFloor: node.LastCommandIndex(),
@@ -541,6 +546,12 @@ func runNode(c *config, log *slog.Logger) error {
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Warn("http shutdown", "error", err)
 	}
+	// The followers' relay connections were taken over from the HTTP
+	// server, which does not wait for them: they answer what they read.
+	if err := api.WaitRelays(sctx); err != nil {
+		log.Warn("relay shutdown", "error", err)
+	}
+	api.CloseForwarding()
 	scancel()
 	timers.Close()
 	if err := node.Shutdown(); err != nil {
