@@ -72,6 +72,7 @@ type Client struct {
 	cfg     ClientConfig
 	mu      sync.Mutex
 	conns   map[string]*conn     // by host:port
+	dialing map[string]*dial     // by host:port
 	refused map[string]time.Time // host:port → when to ask again
 	closed  bool
 }
@@ -87,7 +88,7 @@ func NewClient(cfg ClientConfig) *Client {
 	if cfg.RetryUpgrade <= 0 {
 		cfg.RetryUpgrade = 10 * time.Second
 	}
-	return &Client{cfg: cfg, conns: map[string]*conn{}, refused: map[string]time.Time{}}
+	return &Client{cfg: cfg, conns: map[string]*conn{}, dialing: map[string]*dial{}, refused: map[string]time.Time{}}
 }
 
 // Do forwards req to the leader at base (http://host:port) and waits for
@@ -115,6 +116,10 @@ func (c *Client) Close() {
 	}
 }
 
+// conn returns the connection to the leader at base, dialling it if there
+// is none. Callers that come while it is being dialled wait for that one
+// dial (within their own contexts): a leader that cannot be reached costs
+// them one dial timeout together, not one each.
 func (c *Client) conn(ctx context.Context, base string) (*conn, error) {
 	u, err := url.Parse(base)
 	if err != nil || u.Scheme != "http" || u.Host == "" {
@@ -122,53 +127,84 @@ func (c *Client) conn(ctx context.Context, base string) (*conn, error) {
 	}
 	addr := u.Host
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed {
+		c.mu.Unlock()
 		return nil, &NotSentError{net.ErrClosed}
 	}
 	if cn := c.conns[addr]; cn != nil && cn.usable() {
+		c.mu.Unlock()
 		return cn, nil
 	}
 	if until, ok := c.refused[addr]; ok {
 		if time.Now().Before(until) {
+			c.mu.Unlock()
 			return nil, ErrUnsupported
 		}
 		delete(c.refused, addr)
 	}
-	// Dialled under the lock: every request goes to the one leader, and
-	// they all wait for its one connection.
-	cn, err := c.dial(ctx, addr)
-	if errors.Is(err, ErrUnsupported) {
-		c.refused[addr] = time.Now().Add(c.cfg.RetryUpgrade)
+	d := c.dialing[addr]
+	if d == nil {
+		d = &dial{done: make(chan struct{})}
+		c.dialing[addr] = d
+		go c.dial(addr, d)
 	}
-	if err != nil {
-		return nil, err
+	c.mu.Unlock()
+	select {
+	case <-d.done:
+	case <-ctx.Done():
+		return nil, &NotSentError{fmt.Errorf("waiting for the relay connection: %w", ctx.Err())}
 	}
-	// A new leader: the connections to earlier ones serve what they
-	// carry and are closed when idle.
-	for a, old := range c.conns {
-		if a != addr {
-			old.closeWhenIdle()
-			delete(c.conns, a)
-		}
+	if trace := httptrace.ContextClientTrace(ctx); trace != nil && trace.ConnectDone != nil && !errors.Is(d.err, ErrUnsupported) {
+		trace.ConnectDone("tcp", addr, d.err)
 	}
-	c.conns[addr] = cn
-	return cn, nil
+	return d.cn, d.err
 }
 
-// dial opens and upgrades a connection to addr.
-func (c *Client) dial(ctx context.Context, addr string) (*conn, error) {
-	trace := httptrace.ContextClientTrace(ctx)
-	dctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
-	defer cancel()
-	nc, err := (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext(dctx, "tcp", addr)
-	if trace != nil && trace.ConnectDone != nil {
-		trace.ConnectDone("tcp", addr, err)
+// dial is one dial in progress; its result is set before done is closed.
+type dial struct {
+	done chan struct{}
+	cn   *conn
+	err  error
+}
+
+// dial opens the connection to addr for d's waiters and keeps it.
+func (c *Client) dial(addr string, d *dial) {
+	cn, err := c.open(addr)
+	c.mu.Lock()
+	delete(c.dialing, addr)
+	switch {
+	case c.closed:
+		if cn != nil {
+			cn.fail(net.ErrClosed)
+		}
+		cn, err = nil, &NotSentError{net.ErrClosed}
+	case errors.Is(err, ErrUnsupported):
+		c.refused[addr] = time.Now().Add(c.cfg.RetryUpgrade)
+	case err == nil:
+		// A new leader: the connections to earlier ones serve what they
+		// carry and are closed when idle.
+		for a, old := range c.conns {
+			if a != addr {
+				old.closeWhenIdle()
+				delete(c.conns, a)
+			}
+		}
+		c.conns[addr] = cn
 	}
+	d.cn, d.err = cn, err
+	c.mu.Unlock()
+	close(d.done)
+}
+
+// open dials and upgrades a connection to addr within DialTimeout.
+func (c *Client) open(addr string) (*conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.DialTimeout)
+	defer cancel()
+	nc, err := (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, &NotSentError{err}
 	}
-	deadline, _ := dctx.Deadline()
+	deadline, _ := ctx.Deadline()
 	_ = nc.SetDeadline(deadline)
 	_, err = nc.Write([]byte("GET " + Path + " HTTP/1.1\r\nHost: " + addr +
 		"\r\nConnection: Upgrade\r\nUpgrade: " + Protocol + "\r\n\r\n"))

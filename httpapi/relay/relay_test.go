@@ -425,3 +425,43 @@ func TestStalledLeaderDoesNotHoldCallers(t *testing.T) {
 		t.Fatal("the caller whose write was stalled did not return when its context ended")
 	}
 }
+
+// Callers that come while the connection is being dialled share that dial:
+// a leader that takes the TCP connection and never answers the upgrade
+// (a stopped process) is dialled once, and every caller gets a NotSentError.
+func TestCallersShareOneDial(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepted atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			defer c.Close() // held open, never answered
+		}
+	}()
+	c := NewClient(ClientConfig{DialTimeout: time.Second})
+	defer c.Close()
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := c.Do(context.Background(), "http://"+ln.Addr().String(), &Request{Method: "GET", Target: "/"})
+			var notSent *NotSentError
+			if !errors.As(err, &notSent) {
+				t.Errorf("err %v, want a NotSentError", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := accepted.Load(); got != 1 {
+		t.Errorf("%d dials for callers that came together, want 1", got)
+	}
+}

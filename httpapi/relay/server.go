@@ -123,7 +123,8 @@ func serveConn(conn net.Conn, br *bufio.Reader, cfg ServerConfig) {
 		switch f.Kind {
 		case KindRequest:
 			if f.ID <= last {
-				err = errors.New("relay: request ids must increase")
+				putBuf(buf)
+				err = fmt.Errorf("%w: request id %d after %d", ErrMalformed, f.ID, last)
 				break
 			}
 			last = f.ID
