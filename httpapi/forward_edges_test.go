@@ -89,13 +89,19 @@ func newFollowerStack(t *testing.T, handler http.HandlerFunc, opts ...stackOptio
 // newFollowerStackServer is newFollowerStack also returning the scripted leader.
 func newFollowerStackServer(t *testing.T, handler http.HandlerFunc, opts ...stackOption) (*stack, *followerView, *httptest.Server) {
 	t.Helper()
+	return followLeader(t, asOldLeader(handler), opts...)
+}
+
+// followLeader starts a stack whose HTTP layer follows the leader served
+// by leader.
+func followLeader(t *testing.T, leader http.Handler, opts ...stackOption) (*stack, *followerView, *httptest.Server) {
+	t.Helper()
 	var view *followerView
 	s := newStackWrapped(t, func(c httpapi.Cluster) httpapi.Cluster {
 		view = &followerView{Cluster: c}
 		return view
 	}, opts...)
-	leader := followGhost(t, s, view, handler)
-	return s, view, leader
+	return s, view, followGhostAt(t, s, view, httptest.NewServer(leader))
 }
 
 // followGhost registers the scripted leader served by handler as "ghost"
@@ -203,9 +209,18 @@ func TestForwardConnectionLostAfterSendIsForwardingFailed(t *testing.T) {
 // nothing answers) is given up as soon as that follower learns of the change
 // of leader, and answered `503 {"code":"forwarding_failed"}`".
 func TestForwardFrozenLeaderIsForwardingFailed(t *testing.T) {
+	testFrozenLeaderIsForwardingFailed(t, newFollowerStack)
+}
+
+// followerStack starts a stack following a scripted leader served by
+// handler (newFollowerStack over HTTP, newRelayFollowerStack over a relay
+// connection).
+type followerStack func(t *testing.T, handler http.HandlerFunc, opts ...stackOption) (*stack, *followerView)
+
+func testFrozenLeaderIsForwardingFailed(t *testing.T, follow followerStack) {
 	release := make(chan struct{})
 	var got atomic.Int32
-	s, view := newFollowerStack(t, func(w http.ResponseWriter, r *http.Request) {
+	s, view := follow(t, func(w http.ResponseWriter, r *http.Request) {
 		io.ReadAll(r.Body)
 		got.Add(1)
 		select {

@@ -314,11 +314,15 @@ func TestLongPollTurnPassesWhenTheLeaseIsQueued(t *testing.T) {
 // second one reaches it, which happens only if the first pop passed the
 // turn before its answer came back.
 func TestFollowerPassesTheTurnOnceTheRelayedPopIsWritten(t *testing.T) {
+	testPassesTheTurnOnceThePopIsWritten(t, newFollowerStack)
+}
+
+func testPassesTheTurnOnceThePopIsWritten(t *testing.T, follow followerStack) {
 	arrived := make(chan struct{}, 2)
 	second := make(chan struct{})
 	var requests atomic.Int32
 	var overlapped atomic.Bool
-	s, _ := newFollowerStack(t, func(w http.ResponseWriter, r *http.Request) {
+	s, _ := follow(t, func(w http.ResponseWriter, r *http.Request) {
 		n := requests.Add(1)
 		arrived <- struct{}{}
 		switch n {

@@ -1,15 +1,10 @@
 package httpapi_test
 
 import (
-	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"sync/atomic"
 	"testing"
-	"time"
-
-	"github.com/crownmq/crown/httpapi"
 )
 
 // The forwarding tests of forward_edges_test.go script a leader of the
@@ -18,14 +13,9 @@ import (
 
 // newRelayFollowerStack starts a stack whose HTTP layer follows a scripted
 // leader that serves handler over relay connections.
-func newRelayFollowerStack(t *testing.T, handler http.HandlerFunc) (*stack, *followerView) {
+func newRelayFollowerStack(t *testing.T, handler http.HandlerFunc, opts ...stackOption) (*stack, *followerView) {
 	t.Helper()
-	var view *followerView
-	s := newStackWrapped(t, func(c httpapi.Cluster) httpapi.Cluster {
-		view = &followerView{Cluster: c}
-		return view
-	})
-	followGhostAt(t, s, view, httptest.NewServer(asRelayLeader(handler)))
+	s, view, _ := followLeader(t, asRelayLeader(handler), opts...)
 	return s, view
 }
 
@@ -54,29 +44,7 @@ func TestRelayForwardCarriesRequestAndAnswer(t *testing.T) {
 // that then froze is given up once the follower learns of the change of
 // leader: forwarding_failed. Over a relay connection as over HTTP.
 func TestRelayForwardFrozenLeaderIsForwardingFailed(t *testing.T) {
-	release := make(chan struct{})
-	var got atomic.Int32
-	s, view := newRelayFollowerStack(t, func(w http.ResponseWriter, r *http.Request) {
-		got.Add(1)
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	})
-	defer close(release)
-	go func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for got.Load() == 0 && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		view.leaderChanged()
-	}()
-	start := time.Now()
-	r := s.post("/api/v1/push", forwardPush)
-	if r.Status != http.StatusServiceUnavailable || asObj(t, r.Body)["code"] != "forwarding_failed" || time.Since(start) > 4*time.Second {
-		t.Fatalf("push held by a frozen leader: %d %s after %v, want 503 forwarding_failed once the leader changed",
-			r.Status, r.Raw, time.Since(start))
-	}
+	testFrozenLeaderIsForwardingFailed(t, newRelayFollowerStack)
 }
 
 // An answer the leader aborted may follow an applied write: forwarding_failed,
@@ -94,35 +62,5 @@ func TestRelayForwardAbortedAnswerIsForwardingFailed(t *testing.T) {
 // As TestFollowerPassesTheTurnOnceTheRelayedPopIsWritten, over a relay
 // connection: the line's turn passes once the pop's frame is written.
 func TestRelayFollowerPassesTheTurnOnceThePopIsWritten(t *testing.T) {
-	arrived := make(chan struct{}, 2)
-	second := make(chan struct{})
-	var requests atomic.Int32
-	var overlapped atomic.Bool
-	s, _ := newRelayFollowerStack(t, func(w http.ResponseWriter, r *http.Request) {
-		n := requests.Add(1)
-		arrived <- struct{}{}
-		switch n {
-		case 1:
-			select {
-			case <-second:
-				overlapped.Store(true)
-			case <-time.After(5 * time.Second):
-			}
-		case 2:
-			close(second)
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
-	answers := make(chan popAnswer, 2)
-	s.startPop(context.Background(), 0, "/api/v1/pop/queue/relay?batch=1", answers)
-	<-arrived
-	s.startPop(context.Background(), 1, "/api/v1/pop/queue/relay?batch=1", answers)
-	for range 2 {
-		if a := nextAnswer(t, answers, "the relayed pops"); a.err != nil || a.status != http.StatusNoContent {
-			t.Fatalf("pop %d answered %d (%v), want the leader's 204", a.who, a.status, a.err)
-		}
-	}
-	if !overlapped.Load() {
-		t.Error("the second pop was relayed only after the leader answered the first")
-	}
+	testPassesTheTurnOnceThePopIsWritten(t, newRelayFollowerStack)
 }
