@@ -97,12 +97,23 @@ func NewClient(cfg ClientConfig) *Client {
 // over HTTP. Errors: ErrUnsupported (forward over HTTP instead), a
 // NotSentError, or any other error: the request may have been applied.
 func (c *Client) Do(ctx context.Context, base string, req *Request) (*Response, error) {
-	cn, err := c.conn(ctx, base)
-	if err != nil {
-		return nil, err
+	for tries := 1; ; tries++ {
+		cn, err := c.conn(ctx, base)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := cn.roundTrip(ctx, req)
+		if errors.Is(err, errRetired) && tries < 2 {
+			// Taken out of use between conn and the write (broken, the
+			// leader going away, or replaced): nothing was sent on it.
+			continue
+		}
+		return resp, err
 	}
-	return cn.roundTrip(ctx, req)
 }
+
+// errRetired refuses a request on a connection taken out of use.
+var errRetired = errors.New("relay: the connection was taken out of use")
 
 // Close ends every connection; requests waiting on them fail.
 func (c *Client) Close() {
@@ -261,11 +272,8 @@ func (cn *conn) roundTrip(ctx context.Context, req *Request) (*Response, error) 
 		// order, and the call is known before its answer can come.
 		cn.mu.Lock()
 		defer cn.mu.Unlock()
-		if cn.err != nil {
-			return cn.err
-		}
-		if cn.idle {
-			return errors.New("the connection is closing")
+		if cn.err != nil || cn.idle {
+			return errRetired
 		}
 		cn.next++
 		f.ID = cn.next
