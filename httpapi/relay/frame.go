@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 )
 
 // Protocol is the Upgrade token; its version changes with the frame format.
@@ -138,7 +139,7 @@ func appendHead(dst []byte, f *Frame) ([]byte, error) {
 		dst = append(dst, h.Value...)
 	}
 	n := len(dst) - start - 4 + len(f.Body)
-	if n > 1<<32-1 {
+	if uint64(n) > math.MaxUint32 {
 		return nil, fmt.Errorf("%w: %d bytes", ErrEncode, n)
 	}
 	binary.BigEndian.PutUint32(dst[start:], uint32(n))
