@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"encoding/hex"
-	"sync"
 
 	"github.com/crownmq/crown/fsm"
 	js "github.com/crownmq/crown/httpapi/jsonscan"
@@ -11,18 +10,6 @@ import (
 // Hand-written encoders for the responses on the hot path (push, pop, ack):
 // they append to one pooled buffer, with no reflection and no intermediate
 // maps. Field names and shapes follow queen-api.md 3.5 to 3.8 exactly.
-
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
-
-func getBuf() *[]byte { return bufPool.Get().(*[]byte) }
-
-func putBuf(b *[]byte) {
-	if cap(*b) > 4<<20 {
-		return // do not keep huge buffers around
-	}
-	*b = (*b)[:0]
-	bufPool.Put(b)
-}
 
 func appendUUID(dst []byte, id [16]byte) []byte {
 	var b [38]byte

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/crownmq/crown/fsm"
+	"github.com/crownmq/crown/httpapi/bufpool"
 	"github.com/crownmq/crown/httpapi/jsonscan"
 )
 
@@ -70,8 +71,8 @@ func checkBody(b []byte, err error, limit int64) *apiError {
 // sized from the announced length when there is one. The bytes are valid
 // until release is called.
 func readPooled(rd io.Reader, announced, max int64) (b []byte, release func(), err error) {
-	buf := getBuf()
-	release = func() { putBuf(buf) }
+	buf := bufpool.Get()
+	release = func() { bufpool.Put(buf) }
 	b = *buf
 	if announced > 0 && announced < max && int(announced) >= cap(b) {
 		// One byte more than announced, so the read that finds the end

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/crownmq/crown/fsm"
+	"github.com/crownmq/crown/httpapi/bufpool"
 	"github.com/crownmq/crown/raftnode"
 )
 
@@ -410,8 +411,8 @@ func (s *Server) attemptPop(w http.ResponseWriter, r *http.Request, c *fsm.Lease
 		return false, false
 	}
 	s.delivered.remember(lr)
-	buf := getBuf()
-	defer putBuf(buf)
+	buf := bufpool.Get()
+	defer bufpool.Put(buf)
 	var aerr *apiError
 	if *buf, aerr = s.appendPop(*buf, lr); aerr != nil {
 		s.giveBack(r.Context(), lr, aerr)

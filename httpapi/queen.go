@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/crownmq/crown/fsm"
+	"github.com/crownmq/crown/httpapi/bufpool"
 	"github.com/crownmq/crown/httpapi/envelope"
 )
 
@@ -101,10 +102,10 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 		h.Set("X-OJS-Queue-Depth", strconv.FormatInt(p.Depth, 10))
 		h.Set("X-OJS-Queue-Bound", strconv.FormatInt(p.Bound, 10))
 	}
-	buf := getBuf()
+	buf := bufpool.Get()
 	*buf = appendPushResults(*buf, items, pr.Items)
 	writeRawJSON(w, http.StatusCreated, *buf)
-	putBuf(buf)
+	bufpool.Put(buf)
 }
 
 // sealer returns the prepare step of a push or transaction (see
@@ -227,10 +228,10 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, parse func([]byte) 
 	if !ok {
 		return
 	}
-	buf := getBuf()
+	buf := bufpool.Get()
 	*buf = appendAckResults(*buf, c.Items, res.(*fsm.AckResult).Items)
 	writeRawJSON(w, http.StatusOK, *buf)
-	putBuf(buf)
+	bufpool.Put(buf)
 }
 
 // ---- transaction ----

@@ -5,6 +5,9 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/crownmq/crown/httpapi"
 )
 
 // The forwarding tests of forward_edges_test.go script a leader of the
@@ -63,4 +66,23 @@ func TestRelayForwardAbortedAnswerIsForwardingFailed(t *testing.T) {
 // connection: the line's turn passes once the pop's frame is written.
 func TestRelayFollowerPassesTheTurnOnceThePopIsWritten(t *testing.T) {
 	testPassesTheTurnOnceThePopIsWritten(t, newRelayFollowerStack)
+}
+
+// A leader whose relay connection cannot even be opened (its process is
+// gone) applied nothing: the follower waits for a leader within
+// --leader-wait and answers no_leader, never forwarding_failed ("may have
+// been applied").
+func TestRelayForwardToAnUnreachableLeaderIsNoLeader(t *testing.T) {
+	var got atomic.Int32
+	s, _, leader := followLeader(t, asRelayLeader(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Add(1)
+	})), func(c *httpapi.Config) { c.LeaderWait = 300 * time.Millisecond })
+	leader.Close() // its port now refuses connections
+	r := s.post("/api/v1/push", forwardPush)
+	if r.Status != http.StatusServiceUnavailable || asObj(t, r.Body)["code"] != "no_leader" {
+		t.Fatalf("push to an unreachable leader: %d %s, want 503 no_leader", r.Status, r.Raw)
+	}
+	if n := got.Load(); n != 0 {
+		t.Fatalf("the leader's handler ran %d times", n)
+	}
 }

@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"sync"
 	"time"
+
+	"github.com/crownmq/crown/httpapi/bufpool"
 )
 
 // ErrUnsupported reports a leader that did not take the upgrade (an older
@@ -60,7 +62,7 @@ type Response struct {
 // after it.
 func (r *Response) Release() {
 	if r.buf != nil {
-		putBuf(r.buf)
+		bufpool.Put(r.buf)
 		r.buf, r.Body = nil, nil
 	}
 }
@@ -307,19 +309,12 @@ func (cn *conn) roundTrip(ctx context.Context, req *Request) (*Response, error) 
 			// The leader's handler stops waiting too (a pop stops leasing
 			// for a client that left). Sent aside: a writer stuck behind a
 			// stalled leader must not hold the caller.
-			go cn.send(&Frame{Kind: KindCancel, ID: f.ID})
+			go cn.w.send(&Frame{Kind: KindCancel, ID: f.ID})
 			return nil, fmt.Errorf("relay: %w", ctx.Err())
 		}
 		<-cl.done // answered meanwhile
 	}
 	return cl.resp, cl.err
-}
-
-// send writes a frame no caller waits on, within stallTimeout.
-func (cn *conn) send(f *Frame) {
-	ctx, cancel := context.WithTimeout(context.Background(), stallTimeout)
-	defer cancel()
-	_ = cn.w.write(ctx, f, nil)
 }
 
 // forget drops a request's call, reporting whether it was still waiting.
@@ -342,10 +337,10 @@ func (cn *conn) read(br *bufio.Reader, max int) {
 		var f *Frame
 		// Answers are handed to their callers, so each gets its own
 		// buffer, which Response.Release returns.
-		buf := getBuf()
+		buf := bufpool.Get()
 		f, *buf, err = ReadFrame(br, max, *buf)
 		if err != nil {
-			putBuf(buf)
+			bufpool.Put(buf)
 			break
 		}
 		switch f.Kind {
@@ -356,7 +351,7 @@ func (cn *conn) read(br *bufio.Reader, max int) {
 			idleNow := cn.idle && len(cn.pending) == 0
 			cn.mu.Unlock()
 			if cl == nil || f.Status == 0 {
-				putBuf(buf)
+				bufpool.Put(buf)
 			}
 			if cl != nil {
 				if f.Status == 0 {
@@ -372,11 +367,11 @@ func (cn *conn) read(br *bufio.Reader, max int) {
 			}
 			continue
 		case KindGoAway:
-			putBuf(buf)
+			bufpool.Put(buf)
 			cn.goAway(f.ID)
 			continue
 		default:
-			putBuf(buf)
+			bufpool.Put(buf)
 			err = fmt.Errorf("%w: the leader sent a frame of kind %d", ErrMalformed, f.Kind)
 		}
 		break

@@ -73,7 +73,7 @@ func TestRoundTripCarriesRequestAndAnswer(t *testing.T) {
 		io.WriteString(w, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery+" "+r.Header.Get("X-Crown-Hops")+" "+string(body))
 	}))
 	c := newClient(t)
-	resp, err := c.Do(context.Background(), l.srv.URL, &Request{Method: "POST", Target: "/api/v1/push?x=%2Fy",
+	resp, err := c.Do(bounded(t), l.srv.URL, &Request{Method: "POST", Target: "/api/v1/push?x=%2Fy",
 		Fields: []Field{{"X-Crown-Hops", "1"}}, Body: []byte(`{"items":[]}`)})
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +113,7 @@ func TestConcurrentRequestsShareOneConnection(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := c.Do(context.Background(), l.srv.URL, &Request{Method: "GET", Target: "/x?i=" + strconv.Itoa(i)})
+			resp, err := c.Do(bounded(t), l.srv.URL, &Request{Method: "GET", Target: "/x?i=" + strconv.Itoa(i)})
 			if err != nil {
 				t.Error(err)
 				return
@@ -184,10 +184,10 @@ func TestDialFailureIsNotSent(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	_, err = newClient(t).Do(context.Background(), "http://"+addr, &Request{Method: "GET", Target: "/"})
+	_, err = newClient(t).Do(bounded(t), "http://"+addr, &Request{Method: "GET", Target: "/"})
 	var notSent *NotSentError
-	if !errors.As(err, &notSent) {
-		t.Fatalf("err %v, want a NotSentError", err)
+	if !errors.As(err, &notSent) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v, want a NotSentError from the dial", err)
 	}
 }
 
@@ -205,7 +205,7 @@ func TestLeaderWithoutRelayIsUnsupported(t *testing.T) {
 	defer srv.Close()
 	c := newClient(t)
 	for range 3 {
-		if _, err := c.Do(context.Background(), srv.URL, &Request{Method: "GET", Target: "/"}); !errors.Is(err, ErrUnsupported) {
+		if _, err := c.Do(bounded(t), srv.URL, &Request{Method: "GET", Target: "/"}); !errors.Is(err, ErrUnsupported) {
 			t.Fatalf("err %v, want ErrUnsupported", err)
 		}
 	}
@@ -218,7 +218,7 @@ func TestAbortedAnswerIsLost(t *testing.T) {
 	l := newLeader(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		panic(http.ErrAbortHandler)
 	}))
-	_, err := newClient(t).Do(context.Background(), l.srv.URL, &Request{Method: "POST", Target: "/", Body: []byte("x")})
+	_, err := newClient(t).Do(bounded(t), l.srv.URL, &Request{Method: "POST", Target: "/", Body: []byte("x")})
 	if !errors.Is(err, ErrAborted) {
 		t.Fatalf("err %v, want ErrAborted", err)
 	}
@@ -236,7 +236,7 @@ func TestDrainAnswersWhatWasReadThenRefuses(t *testing.T) {
 	c := newClient(t)
 	got := make(chan error, 1)
 	go func() {
-		resp, err := c.Do(context.Background(), l.srv.URL, &Request{Method: "POST", Target: "/ack", Body: []byte("{}")})
+		resp, err := c.Do(bounded(t), l.srv.URL, &Request{Method: "POST", Target: "/ack", Body: []byte("{}")})
 		if err == nil && string(resp.Body) != "done" {
 			err = errors.New("answer " + string(resp.Body))
 		}
@@ -249,13 +249,13 @@ func TestDrainAnswersWhatWasReadThenRefuses(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatalf("the request read before the drain: %v", err)
 	}
-	l.entered.Wait() // the connection ended after its answer
-	_, err := c.Do(context.Background(), l.srv.URL, &Request{Method: "GET", Target: "/"})
+	waitFor(t, &l.entered, "the drained connection to end after its answer")
+	_, err := c.Do(bounded(t), l.srv.URL, &Request{Method: "GET", Target: "/"})
 	var notSent *NotSentError
 	if errors.As(err, &notSent) {
 		// Sent before the client read the go-away, which the answer may
 		// have overtaken: not applied, and the next attempt dials anew.
-		_, err = c.Do(context.Background(), l.srv.URL, &Request{Method: "GET", Target: "/"})
+		_, err = c.Do(bounded(t), l.srv.URL, &Request{Method: "GET", Target: "/"})
 	}
 	if !errors.Is(err, ErrUnsupported) {
 		t.Fatalf("after the drain: err %v, want ErrUnsupported (forward over HTTP)", err)
@@ -321,14 +321,14 @@ func TestGoAwayMarksUnreadRequestsNotSent(t *testing.T) {
 	c := newClient(t)
 	first := make(chan error, 1)
 	go func() {
-		resp, err := c.Do(context.Background(), url, &Request{Method: "GET", Target: "/1"})
+		resp, err := c.Do(bounded(t), url, &Request{Method: "GET", Target: "/1"})
 		if err == nil && string(resp.Body) != "first" {
 			err = errors.New("answer " + string(resp.Body))
 		}
 		first <- err
 	}()
 	<-read
-	_, err := c.Do(context.Background(), url, &Request{Method: "GET", Target: "/2"})
+	_, err := c.Do(bounded(t), url, &Request{Method: "GET", Target: "/2"})
 	var notSent *NotSentError
 	if !errors.As(err, &notSent) {
 		t.Fatalf("request after the go-away: err %v, want a NotSentError", err)
@@ -346,10 +346,10 @@ func TestConnectionLostAfterWriteIsUnknown(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	_, err := newClient(t).Do(context.Background(), url, &Request{Method: "POST", Target: "/push", Body: []byte("{}")})
+	_, err := newClient(t).Do(bounded(t), url, &Request{Method: "POST", Target: "/push", Body: []byte("{}")})
 	var notSent *NotSentError
-	if err == nil || errors.As(err, &notSent) {
-		t.Fatalf("err %v, want an error with the outcome unknown", err)
+	if err == nil || errors.As(err, &notSent) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v, want the lost connection, with the outcome unknown", err)
 	}
 }
 
@@ -364,7 +364,7 @@ func TestUnexpectedFrameEndsTheConnection(t *testing.T) {
 		writeFrame(t, c, &Frame{Kind: KindRequest, ID: f.ID, Method: "GET", Target: "/"})
 		io.Copy(io.Discard, br)
 	})
-	_, err := newClient(t).Do(context.Background(), url, &Request{Method: "GET", Target: "/"})
+	_, err := newClient(t).Do(bounded(t), url, &Request{Method: "GET", Target: "/"})
 	if !errors.Is(err, ErrMalformed) {
 		t.Fatalf("err %v, want ErrMalformed", err)
 	}
@@ -377,14 +377,14 @@ func TestNewLeaderClosesTheOldConnectionWhenIdle(t *testing.T) {
 	a, b := newLeader(t, h), newLeader(t, h)
 	c := newClient(t)
 	for _, l := range []*leader{a, b, a} {
-		if _, err := c.Do(context.Background(), l.srv.URL, &Request{Method: "GET", Target: "/"}); err != nil {
+		if _, err := c.Do(bounded(t), l.srv.URL, &Request{Method: "GET", Target: "/"}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if a.conns.Load() != 2 || b.conns.Load() != 1 {
 		t.Errorf("connections: a %d, b %d; want 2 and 1", a.conns.Load(), b.conns.Load())
 	}
-	b.entered.Wait() // b's connection was closed when a led again
+	waitFor(t, &b.entered, "b's connection to close once a led again")
 }
 
 // A leader that stops reading (a stopped process) holds the connection's
@@ -392,8 +392,10 @@ func TestNewLeaderClosesTheOldConnectionWhenIdle(t *testing.T) {
 // its turn with nothing sent, the one cut short mid-write with its outcome
 // unknown.
 func TestStalledLeaderDoesNotHoldCallers(t *testing.T) {
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
 	url := fakeLeader(t, func(br *bufio.Reader, c net.Conn) {
-		time.Sleep(10 * time.Second) // reads nothing
+		<-done // reads nothing until the test ends
 	})
 	c := newClient(t)
 	big := make([]byte, 64<<20) // more than the socket buffers hold
@@ -453,7 +455,7 @@ func TestCallersShareOneDial(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := c.Do(context.Background(), "http://"+ln.Addr().String(), &Request{Method: "GET", Target: "/"})
+			_, err := c.Do(bounded(t), "http://"+ln.Addr().String(), &Request{Method: "GET", Target: "/"})
 			var notSent *NotSentError
 			if !errors.As(err, &notSent) {
 				t.Errorf("err %v, want a NotSentError", err)
@@ -464,4 +466,25 @@ func TestCallersShareOneDial(t *testing.T) {
 	if got := accepted.Load(); got != 1 {
 		t.Errorf("%d dials for callers that came together, want 1", got)
 	}
+}
+
+// waitFor waits for wg within 10 s, failing the test past that rather than
+// hanging until the test binary's timeout.
+func waitFor(t *testing.T, wg *sync.WaitGroup, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("waited 10 s for %s", what)
+	}
+}
+
+// bounded is a caller's context that ends after 10 s, so that a request
+// the client never finishes fails its test instead of hanging it.
+func bounded(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
 }

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/crownmq/crown/httpapi/bufpool"
 )
 
 // ServerConfig is the leader's side of the protocol.
@@ -111,11 +113,11 @@ func serveConn(conn net.Conn, br *bufio.Reader, cfg ServerConfig) {
 	)
 	for {
 		// Each request's frame is its own until its handler returns.
-		buf := getBuf()
+		buf := bufpool.Get()
 		var f *Frame
 		f, *buf, err = ReadFrame(br, cfg.MaxRequestBytes, *buf)
 		if err != nil || f.Kind != KindRequest {
-			putBuf(buf)
+			bufpool.Put(buf)
 		}
 		if err != nil {
 			break
@@ -123,7 +125,7 @@ func serveConn(conn net.Conn, br *bufio.Reader, cfg ServerConfig) {
 		switch f.Kind {
 		case KindRequest:
 			if f.ID <= last {
-				putBuf(buf)
+				bufpool.Put(buf)
 				err = fmt.Errorf("%w: request id %d after %d", ErrMalformed, f.ID, last)
 				break
 			}
@@ -136,7 +138,7 @@ func serveConn(conn net.Conn, br *bufio.Reader, cfg ServerConfig) {
 			go func() {
 				defer wg.Done()
 				serveOne(ctx, conn, w, f, cfg, log)
-				putBuf(buf)
+				bufpool.Put(buf)
 				mu.Lock()
 				delete(inflight, f.ID)
 				mu.Unlock()
@@ -158,7 +160,7 @@ func serveConn(conn net.Conn, br *bufio.Reader, cfg ServerConfig) {
 	select {
 	case <-draining:
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			if werr := send(w, &Frame{Kind: KindGoAway, ID: last}); werr != nil {
+			if werr := w.send(&Frame{Kind: KindGoAway, ID: last}); werr != nil {
 				log.Debug("relay go-away not sent", "error", werr)
 			}
 			wg.Wait()
@@ -178,8 +180,8 @@ func serveConn(conn net.Conn, br *bufio.Reader, cfg ServerConfig) {
 
 // serveOne runs the handler on one relayed request and sends its answer.
 func serveOne(ctx context.Context, conn net.Conn, w *frameWriter, f *Frame, cfg ServerConfig, log *slog.Logger) {
-	out := getBuf()
-	defer putBuf(out)
+	out := bufpool.Get()
+	defer bufpool.Put(out)
 	rw := &responseWriter{header: make(http.Header), body: bytes.NewBuffer(*out)}
 	req, err := newRequest(ctx, conn, f)
 	if err != nil {
@@ -208,12 +210,12 @@ func serveOne(ctx context.Context, conn net.Conn, w *frameWriter, f *Frame, cfg 
 			resp.Fields = append(resp.Fields, Field{name, v})
 		}
 	}
-	if err := send(w, resp); err != nil {
+	if err := w.send(resp); err != nil {
 		if errors.Is(err, ErrEncode) {
 			// An answer that cannot travel (a header too long): the
 			// follower must not wait for it forever.
 			log.Error("relayed answer cannot be encoded", "target", f.Target, "error", err)
-			_ = send(w, &Frame{Kind: KindResponse, ID: f.ID})
+			_ = w.send(&Frame{Kind: KindResponse, ID: f.ID})
 			return
 		}
 		// The connection broke; the reader ends it.
@@ -278,12 +280,4 @@ func (w *responseWriter) statusCode() int {
 		return http.StatusOK // a handler that wrote nothing answers 200, as over HTTP
 	}
 	return w.status
-}
-
-// send writes a frame of the leader's, within stallTimeout: a follower that
-// reads nothing for that long (a stopped process) loses the connection.
-func send(w *frameWriter, f *Frame) error {
-	ctx, cancel := context.WithTimeout(context.Background(), stallTimeout)
-	defer cancel()
-	return w.write(ctx, f, nil)
 }

@@ -3,7 +3,6 @@ package relay
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"sync/atomic"
@@ -44,7 +43,7 @@ func newFrameWriter(c net.Conn) *frameWriter {
 	return &frameWriter{conn: c, turn: make(chan struct{}, 1), bw: bufio.NewWriterSize(c, bufferSize)}
 }
 
-// write sends f. prepare, when not nil, runs in f's turn before f is
+// write sends f (nil: only flush what waits in the buffer). prepare, when not nil, runs in f's turn before f is
 // encoded (it may set f.ID: frames leave in the order prepare sees them);
 // its error stops the write. Errors: a NotSentError when nothing of f was
 // written (ctx ended before its turn, the connection was already broken,
@@ -60,7 +59,7 @@ func (w *frameWriter) write(ctx context.Context, f *Frame, prepare func() error)
 		if w.waiting.Add(-1) == 0 {
 			// The sender in turn may have left the buffer for this one
 			// to flush.
-			go w.flushLater()
+			go w.send(nil)
 		}
 		return &NotSentError{ctx.Err()}
 	}
@@ -77,7 +76,7 @@ func (w *frameWriter) write(ctx context.Context, f *Frame, prepare func() error)
 	// The writes below can block on a peer that reads nothing: ctx ending
 	// meanwhile fails them through the connection's deadline.
 	stop := context.AfterFunc(ctx, func() { _ = w.conn.SetWriteDeadline(time.Unix(1, 0)) })
-	if err == nil {
+	if err == nil && f != nil {
 		var head []byte
 		if head, err = appendHead(w.head[:0], f); err == nil {
 			w.head = head
@@ -109,13 +108,10 @@ func (w *frameWriter) write(ctx context.Context, f *Frame, prepare func() error)
 	return err
 }
 
-// flushLater flushes in a turn of its own, for a sender that gave up its
-// turn after the one before it left the flush to it.
-func (w *frameWriter) flushLater() {
+// send writes f, which no caller waits on (an answer, a cancel, a
+// go-away, or nil to flush), within stallTimeout.
+func (w *frameWriter) send(f *Frame) error {
 	ctx, cancel := context.WithTimeout(context.Background(), stallTimeout)
 	defer cancel()
-	_ = w.write(ctx, &Frame{Kind: KindRequest}, func() error { return errNothing })
+	return w.write(ctx, f, nil)
 }
-
-// errNothing is flushLater's prepare: write no frame, only flush.
-var errNothing = errors.New("relay: flush only")
