@@ -206,16 +206,21 @@ func (s *leaderAppendStore) write() {
 			}
 			err := s.store.StoreLogs(batch)
 
-			s.mu.Lock()
 			if err != nil {
 				err = fmt.Errorf("raft log: leader's write of entries %d-%d failed: %w",
 					batch[0].Index, batch[len(batch)-1].Index, err)
+				// fatal runs before the failure is visible: no waiter
+				// learns of it, and nothing depending on these entries
+				// acts, before the node is being stopped. Entries
+				// appended meanwhile stay pending, not durable.
+				s.fatal(err)
+				s.mu.Lock()
 				s.failed = err
 				s.changed.Broadcast()
 				s.mu.Unlock()
-				s.fatal(err)
 				break
 			}
+			s.mu.Lock()
 			// Entries appended meanwhile stay pending; the written ones
 			// leave the front. A fresh slice, so that the old array's
 			// front does not keep written entries (hundreds of KiB
