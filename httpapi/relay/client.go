@@ -40,6 +40,10 @@ type ClientConfig struct {
 	// RetryUpgrade is how long a leader that refused the upgrade is not
 	// asked again (default 10 s).
 	RetryUpgrade time.Duration
+	// StallTimeout bounds the write of a frame no caller waits on (a
+	// cancel): a leader that reads nothing for this long loses the
+	// connection (default 30 s).
+	StallTimeout time.Duration
 }
 
 // Request is one request to forward.
@@ -77,6 +81,9 @@ type Client struct {
 	dialing map[string]*dial     // by host:port
 	refused map[string]time.Time // host:port → when to ask again
 	closed  bool
+	// dialContext opens the TCP connection (a net.Dialer's; tests put
+	// their own here).
+	dialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // NewClient returns a client with no connections yet.
@@ -90,7 +97,11 @@ func NewClient(cfg ClientConfig) *Client {
 	if cfg.RetryUpgrade <= 0 {
 		cfg.RetryUpgrade = 10 * time.Second
 	}
-	return &Client{cfg: cfg, conns: map[string]*conn{}, dialing: map[string]*dial{}, refused: map[string]time.Time{}}
+	if cfg.StallTimeout <= 0 {
+		cfg.StallTimeout = stallTimeout
+	}
+	return &Client{cfg: cfg, conns: map[string]*conn{}, dialing: map[string]*dial{}, refused: map[string]time.Time{},
+		dialContext: (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext}
 }
 
 // Do forwards req to the leader at base (http://host:port) and waits for
@@ -105,7 +116,7 @@ func (c *Client) Do(ctx context.Context, base string, req *Request) (*Response, 
 			return nil, err
 		}
 		resp, err := cn.roundTrip(ctx, req)
-		if errors.Is(err, errRetired) && tries < 2 {
+		if (errors.Is(err, errRetired) || errors.Is(err, errBroken)) && tries < 2 {
 			// Taken out of use between conn and the write (broken, the
 			// leader going away, or replaced): nothing was sent on it.
 			continue
@@ -213,7 +224,7 @@ func (c *Client) dial(addr string, d *dial) {
 func (c *Client) open(addr string) (*conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.DialTimeout)
 	defer cancel()
-	nc, err := (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext(ctx, "tcp", addr)
+	nc, err := c.dialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, &NotSentError{err}
 	}
@@ -236,7 +247,7 @@ func (c *Client) open(addr string) (*conn, error) {
 		return nil, fmt.Errorf("%w (%s)", ErrUnsupported, resp.Status)
 	}
 	_ = nc.SetDeadline(time.Time{})
-	cn := &conn{nc: nc, w: newFrameWriter(nc), pending: map[uint64]*call{}}
+	cn := &conn{nc: nc, w: newFrameWriter(nc, c.cfg.StallTimeout), pending: map[uint64]*call{}}
 	go cn.read(br, c.cfg.MaxAnswerBytes)
 	return cn, nil
 }
@@ -262,7 +273,7 @@ type call struct {
 func (cn *conn) usable() bool {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
-	return cn.err == nil && !cn.idle
+	return cn.err == nil && !cn.idle && !cn.w.broken.Load()
 }
 
 // roundTrip sends one request and waits for its answer.

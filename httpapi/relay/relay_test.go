@@ -488,3 +488,111 @@ func bounded(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// A writer that breaks closes its connection, whatever write broke it: the
+// stream may end inside a frame, so the peer must see the end rather than
+// wait for the rest, and later frames are refused as not sent.
+func TestBrokenWriterClosesTheConnection(t *testing.T) {
+	near, far := net.Pipe() // a write waits for a read: nothing reads far
+	defer far.Close()
+	w := newFrameWriter(near, 100*time.Millisecond)
+	if err := w.send(&Frame{Kind: KindCancel, ID: 1}); err == nil {
+		t.Fatal("a cancel to a peer that reads nothing was sent")
+	}
+	if !w.broken.Load() {
+		t.Error("the writer does not report itself broken")
+	}
+	far.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := far.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Errorf("the peer's read after the break: %v, want EOF (the connection closed)", err)
+	}
+	err := w.write(bounded(t), &Frame{Kind: KindRequest, Method: "GET", Target: "/"}, nil)
+	var notSent *NotSentError
+	if !errors.As(err, &notSent) || !errors.Is(err, errBroken) {
+		t.Errorf("a write after the break: %v, want a NotSentError for the broken connection", err)
+	}
+}
+
+// A leader that reads a request and then nothing (stopped for longer than
+// the stall bound) breaks the connection when the caller gives up and its
+// cancel cannot be written; the next request goes on a new connection
+// rather than being refused on the broken one.
+func TestConnectionWhoseWriterBrokeIsReplaced(t *testing.T) {
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	readFirst := make(chan struct{})
+	var dials atomic.Int32
+	c := NewClient(ClientConfig{StallTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	c.dialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		n := dials.Add(1)
+		near, far := net.Pipe() // a write waits for the leader's read
+		go func() {
+			defer far.Close()
+			br := bufio.NewReader(far)
+			if _, err := http.ReadRequest(br); err != nil {
+				t.Errorf("upgrade request: %v", err)
+				return
+			}
+			io.WriteString(far, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: "+Protocol+"\r\n\r\n")
+			for {
+				f, _, err := ReadFrame(br, 1<<20, nil)
+				if err != nil {
+					return
+				}
+				if n == 1 {
+					close(readFirst)
+					<-done // stopped: reads nothing more
+					return
+				}
+				if f.Kind == KindRequest {
+					writeFrame(t, far, &Frame{Kind: KindResponse, ID: f.ID, Status: 200, Body: []byte("ok")})
+				}
+			}
+		}()
+		return near, nil
+	}
+	const url = "http://leader.test:6632"
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Do(ctx, url, &Request{Method: "GET", Target: "/pop"})
+		first <- err
+	}()
+	select {
+	case <-readFirst:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first request did not reach the leader")
+	}
+	cancel() // the caller leaves; its cancel frame finds the leader stopped
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the caller that left: %v, want its context's error", err)
+	}
+	// Once the cancel has given up (a request sent meanwhile would flush
+	// it, and be cut short itself, with its outcome unknown).
+	deadline := time.Now().Add(5 * time.Second)
+	for !brokenConn(c, "leader.test:6632") {
+		if time.Now().After(deadline) {
+			t.Fatal("the cancel to the stopped leader did not break the connection")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	resp, err := c.Do(bounded(t), url, &Request{Method: "GET", Target: "/pop"})
+	if err != nil {
+		t.Fatalf("the request after the connection broke: %v, want it answered on a new connection", err)
+	}
+	if string(resp.Body) != "ok" {
+		t.Errorf("answer %q, want ok", resp.Body)
+	}
+	if got := dials.Load(); got != 2 {
+		t.Errorf("%d dials, want 2 (the broken connection replaced once)", got)
+	}
+}
+
+// brokenConn reports whether c's connection to addr has a broken writer.
+func brokenConn(c *Client, addr string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cn := c.conns[addr]
+	return cn != nil && cn.w.broken.Load()
+}

@@ -88,7 +88,7 @@ func serveConn(conn net.Conn, br *bufio.Reader, cfg ServerConfig) {
 	log = log.With("component", "relay", "peer", conn.RemoteAddr().String())
 	base, cancelAll := context.WithCancel(context.Background())
 	defer cancelAll()
-	w := newFrameWriter(conn)
+	w := newFrameWriter(conn, stallTimeout)
 	var (
 		mu       sync.Mutex
 		inflight = map[uint64]context.CancelFunc{}

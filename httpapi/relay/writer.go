@@ -3,6 +3,7 @@ package relay
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync/atomic"
@@ -20,6 +21,10 @@ const bufferSize = 64 << 10
 // with their outcome unknown.
 const stallTimeout = 30 * time.Second
 
+// errBroken refuses a frame on a connection whose writer broke earlier:
+// nothing of the frame was written, and the connection is closed.
+var errBroken = errors.New("relay: the connection broke")
+
 // frameWriter writes whole frames to a connection from any goroutine. A
 // writer flushes only when no other frame is waiting for its turn, so the
 // frames of senders that arrive together (the answers of one Raft entry)
@@ -29,9 +34,17 @@ const stallTimeout = 30 * time.Second
 // while its frame is being written breaks the connection (the frame is cut
 // short on the wire): a peer that stopped reading holds the writer, not
 // every caller behind it.
+//
+// A writer that breaks, whichever write broke it, closes the connection:
+// the stream may end inside a frame, so nothing more can be written on it,
+// and the readers at both ends must learn that from the close. Left open,
+// the peer would wait for the rest of the frame, and the follower would
+// keep a connection that refuses every request.
 type frameWriter struct {
 	conn    net.Conn
+	stall   time.Duration // bounds send (stallTimeout)
 	waiting atomic.Int32
+	broken  atomic.Bool   // set with err, once the connection is closed
 	turn    chan struct{} // holds a token while a sender writes
 	// Under turn:
 	bw   *bufio.Writer
@@ -39,8 +52,18 @@ type frameWriter struct {
 	err  error  // sticky: the connection is broken
 }
 
-func newFrameWriter(c net.Conn) *frameWriter {
-	return &frameWriter{conn: c, turn: make(chan struct{}, 1), bw: bufio.NewWriterSize(c, bufferSize)}
+func newFrameWriter(c net.Conn, stall time.Duration) *frameWriter {
+	return &frameWriter{conn: c, stall: stall, turn: make(chan struct{}, 1), bw: bufio.NewWriterSize(c, bufferSize)}
+}
+
+// breakWith records the first error that broke the connection and closes
+// it (under turn).
+func (w *frameWriter) breakWith(err error) {
+	if w.err == nil {
+		w.err = err
+		w.conn.Close()
+		w.broken.Store(true)
+	}
 }
 
 // write sends f (nil: only flush what waits in the buffer). prepare, when not nil, runs in f's turn before f is
@@ -65,7 +88,7 @@ func (w *frameWriter) write(ctx context.Context, f *Frame, prepare func() error)
 	}
 	defer func() { <-w.turn }()
 	if w.err != nil {
-		return &NotSentError{w.err}
+		return &NotSentError{fmt.Errorf("%w: %w", errBroken, w.err)}
 	}
 	var err error
 	if prepare != nil {
@@ -84,7 +107,7 @@ func (w *frameWriter) write(ctx context.Context, f *Frame, prepare func() error)
 				_, err = w.bw.Write(f.Body)
 			}
 			if err != nil {
-				w.err = err
+				w.breakWith(err)
 			}
 		}
 	}
@@ -92,7 +115,7 @@ func (w *frameWriter) write(ctx context.Context, f *Frame, prepare func() error)
 	// frames before it may be waiting in the buffer.
 	if w.err == nil && w.waiting.Load() == 0 {
 		if ferr := w.bw.Flush(); ferr != nil {
-			w.err = ferr
+			w.breakWith(ferr)
 			if err == nil {
 				err = ferr
 			}
@@ -100,7 +123,7 @@ func (w *frameWriter) write(ctx context.Context, f *Frame, prepare func() error)
 	}
 	if !stop() && w.err == nil {
 		// The deadline was set: no later write can succeed.
-		w.err = fmt.Errorf("relay: write abandoned: %w", ctx.Err())
+		w.breakWith(fmt.Errorf("relay: write abandoned: %w", ctx.Err()))
 		if err == nil {
 			err = w.err
 		}
@@ -109,9 +132,9 @@ func (w *frameWriter) write(ctx context.Context, f *Frame, prepare func() error)
 }
 
 // send writes f, which no caller waits on (an answer, a cancel, a
-// go-away, or nil to flush), within stallTimeout.
+// go-away, or nil to flush), within the writer's stall bound.
 func (w *frameWriter) send(f *Frame) error {
-	ctx, cancel := context.WithTimeout(context.Background(), stallTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), w.stall)
 	defer cancel()
 	return w.write(ctx, f, nil)
 }
