@@ -581,6 +581,7 @@ func TestConnectionWhoseWriterBrokeIsReplaced(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the request after the connection broke: %v, want it answered on a new connection", err)
 	}
+	defer resp.Release()
 	if string(resp.Body) != "ok" {
 		t.Errorf("answer %q, want ok", resp.Body)
 	}
