@@ -302,8 +302,12 @@ func (cn *conn) roundTrip(ctx context.Context, req *Request) (*Response, error) 
 		return nil, &NotSentError{err}
 	case err != nil:
 		// Broken while writing: every request waiting on the connection,
-		// this one too, may have been applied.
-		cn.fail(fmt.Errorf("relay connection lost: %w", err))
+		// this one too, may have been applied. This caller hears its own
+		// write's error (its context's end, say), whichever failure of
+		// the connection the others hear.
+		err = fmt.Errorf("relay connection lost: %w", err)
+		cn.fail(err)
+		return nil, err
 	}
 	if trace := httptrace.ContextClientTrace(ctx); trace != nil && err == nil {
 		if trace.WroteHeaders != nil {

@@ -394,19 +394,26 @@ func TestNewLeaderClosesTheOldConnectionWhenIdle(t *testing.T) {
 func TestStalledLeaderDoesNotHoldCallers(t *testing.T) {
 	done := make(chan struct{})
 	t.Cleanup(func() { close(done) })
+	writing := make(chan struct{})
 	url := fakeLeader(t, func(br *bufio.Reader, c net.Conn) {
-		<-done // reads nothing until the test ends
+		br.Peek(1) // the first frame has begun: its sender holds the turn
+		close(writing)
+		<-done // reads nothing more until the test ends
 	})
 	c := newClient(t)
 	big := make([]byte, 64<<20) // more than the socket buffers hold
-	ctx1, cancel1 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx1, cancel1 := context.WithCancel(context.Background())
 	defer cancel1()
 	first := make(chan error, 1)
 	go func() {
 		_, err := c.Do(ctx1, url, &Request{Method: "POST", Target: "/push", Body: big})
 		first <- err
 	}()
-	time.Sleep(100 * time.Millisecond) // the first is writing
+	select {
+	case <-writing:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first request's frame did not begin")
+	}
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel2()
 	start := time.Now()
@@ -418,6 +425,7 @@ func TestStalledLeaderDoesNotHoldCallers(t *testing.T) {
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("the caller waiting for its turn returned after %v", took)
 	}
+	cancel1() // the first caller gives up mid-write
 	select {
 	case err := <-first:
 		if err == nil || errors.As(err, &notSent) {
@@ -596,4 +604,61 @@ func brokenConn(c *Client, addr string) bool {
 	defer c.mu.Unlock()
 	cn := c.conns[addr]
 	return cn != nil && cn.w.broken.Load()
+}
+
+// cancelAfterWrite ends a context as each write returns, as a caller's
+// context may end just after its frame left.
+type cancelAfterWrite struct {
+	net.Conn
+	cancel context.CancelFunc
+}
+
+func (c *cancelAfterWrite) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.cancel()
+	return n, err
+}
+
+// A sender whose context ends once its frame is written leaves the
+// connection whole: the next frame goes out on it (the caller hears of its
+// context as it waits for the answer, and cancels its request alone).
+func TestContextEndingAfterTheWriteKeepsTheConnection(t *testing.T) {
+	near, far := net.Pipe()
+	defer far.Close()
+	frames := make(chan *Frame, 2)
+	go func() {
+		br := bufio.NewReader(far)
+		for {
+			f, _, err := ReadFrame(br, 1<<20, nil)
+			if err != nil {
+				close(frames)
+				return
+			}
+			frames <- f
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	w := newFrameWriter(&cancelAfterWrite{Conn: near, cancel: cancel}, time.Second)
+	if err := w.write(ctx, &Frame{Kind: KindRequest, ID: 1, Method: "GET", Target: "/1"}, nil); err != nil {
+		t.Fatalf("a frame written whole before its context ended: %v", err)
+	}
+	if ctx.Err() == nil {
+		t.Fatal("the context did not end with the write")
+	}
+	if err := w.write(bounded(t), &Frame{Kind: KindRequest, ID: 2, Method: "GET", Target: "/2"}, nil); err != nil {
+		t.Fatalf("the next frame: %v, want it written on the same connection", err)
+	}
+	for want := uint64(1); want <= 2; want++ {
+		select {
+		case f, ok := <-frames:
+			if !ok || f.ID != want {
+				t.Fatalf("frame %d: got %+v (open %v)", want, f, ok)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("frame %d never arrived", want)
+		}
+	}
+	if w.broken.Load() {
+		t.Error("the writer broke")
+	}
 }

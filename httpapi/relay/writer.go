@@ -31,9 +31,11 @@ var errBroken = errors.New("relay: the connection broke")
 // leave in one write, and the last of them flushes.
 //
 // A sender waits for its turn within its context, and a context that ends
-// while its frame is being written breaks the connection (the frame is cut
-// short on the wire): a peer that stopped reading holds the writer, not
-// every caller behind it.
+// while its frame is being written cuts the write short through the
+// connection's deadline, which breaks the connection (the frame ends early
+// on the wire): a peer that stopped reading holds the writer, not every
+// caller behind it. A context that ends once the writes have returned
+// leaves the connection as it was.
 //
 // A writer that breaks, whichever write broke it, closes the connection:
 // the stream may end inside a frame, so nothing more can be written on it,
@@ -46,6 +48,9 @@ type frameWriter struct {
 	waiting atomic.Int32
 	broken  atomic.Bool   // set with err, once the connection is closed
 	turn    chan struct{} // holds a token while a sender writes
+	// deadlineSet is sent to once a sender's context has set the write
+	// deadline; at most one sender's is pending, as it holds the turn.
+	deadlineSet chan struct{}
 	// Under turn:
 	bw   *bufio.Writer
 	head []byte // scratch for frame heads
@@ -53,7 +58,8 @@ type frameWriter struct {
 }
 
 func newFrameWriter(c net.Conn, stall time.Duration) *frameWriter {
-	return &frameWriter{conn: c, stall: stall, turn: make(chan struct{}, 1), bw: bufio.NewWriterSize(c, bufferSize)}
+	return &frameWriter{conn: c, stall: stall, turn: make(chan struct{}, 1), deadlineSet: make(chan struct{}, 1),
+		bw: bufio.NewWriterSize(c, bufferSize)}
 }
 
 // breakWith records the first error that broke the connection and closes
@@ -98,7 +104,10 @@ func (w *frameWriter) write(ctx context.Context, f *Frame, prepare func() error)
 	}
 	// The writes below can block on a peer that reads nothing: ctx ending
 	// meanwhile fails them through the connection's deadline.
-	stop := context.AfterFunc(ctx, func() { _ = w.conn.SetWriteDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, func() {
+		_ = w.conn.SetWriteDeadline(time.Unix(1, 0))
+		w.deadlineSet <- struct{}{}
+	})
 	if err == nil && f != nil {
 		var head []byte
 		if head, err = appendHead(w.head[:0], f); err == nil {
@@ -121,11 +130,16 @@ func (w *frameWriter) write(ctx context.Context, f *Frame, prepare func() error)
 			}
 		}
 	}
-	if !stop() && w.err == nil {
-		// The deadline was set: no later write can succeed.
-		w.breakWith(fmt.Errorf("relay: write abandoned: %w", ctx.Err()))
-		if err == nil {
-			err = w.err
+	if !stop() {
+		// ctx ended while this sender had its turn: wait until its
+		// deadline is set, so that it cannot fall on a later write.
+		<-w.deadlineSet
+		if w.err == nil {
+			// No write was cut short (one that was broke the writer):
+			// the stream is whole, and the connection stays in use. The
+			// caller learns of its context's end as it waits for the
+			// answer, and a request cancels on its own.
+			_ = w.conn.SetWriteDeadline(time.Time{})
 		}
 	}
 	return err
