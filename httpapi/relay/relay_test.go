@@ -276,16 +276,25 @@ func fakeLeader(t *testing.T, serve func(br *bufio.Reader, c net.Conn)) string {
 			return
 		}
 		defer c.Close()
-		br := bufio.NewReader(c)
-		req, err := http.ReadRequest(br)
-		if err != nil || req.Header.Get("Upgrade") != Protocol {
-			t.Errorf("upgrade request: %v", err)
-			return
+		if br := acceptUpgrade(t, c); br != nil {
+			serve(br, c)
 		}
-		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: "+Protocol+"\r\n\r\n")
-		serve(br, c)
 	}()
 	return "http://" + ln.Addr().String()
+}
+
+// acceptUpgrade answers the follower's upgrade request on c as a leader
+// does, returning the reader of the frames that follow (nil, the test
+// failed, when the request was not an upgrade).
+func acceptUpgrade(t *testing.T, c net.Conn) *bufio.Reader {
+	br := bufio.NewReader(c)
+	req, err := http.ReadRequest(br)
+	if err != nil || req.Header.Get("Upgrade") != Protocol {
+		t.Errorf("upgrade request: %v", err)
+		return nil
+	}
+	io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: "+Protocol+"\r\n\r\n")
+	return br
 }
 
 func writeFrame(t *testing.T, c net.Conn, f *Frame) {
@@ -537,13 +546,8 @@ func TestConnectionWhoseWriterBrokeIsReplaced(t *testing.T) {
 		near, far := net.Pipe() // a write waits for the leader's read
 		go func() {
 			defer far.Close()
-			br := bufio.NewReader(far)
-			if _, err := http.ReadRequest(br); err != nil {
-				t.Errorf("upgrade request: %v", err)
-				return
-			}
-			io.WriteString(far, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: "+Protocol+"\r\n\r\n")
-			for {
+			br := acceptUpgrade(t, far)
+			for br != nil {
 				f, _, err := ReadFrame(br, 1<<20, nil)
 				if err != nil {
 					return
