@@ -169,14 +169,7 @@ func (s *Server) forwardEarly(w http.ResponseWriter, r *http.Request, body []byt
 // the request to the leader when this node follows a known one, and parses
 // it. ok is false when it has written the response.
 func receive[C any](s *Server, w http.ResponseWriter, r *http.Request, parse func([]byte) (C, *apiError)) (body []byte, c C, ok bool) {
-	return receiveWith(s, w, r, func(r *http.Request) ([]byte, *apiError) { return readBody(r, s.cfg.Limits.MaxBodyBytes) }, parse)
-}
-
-// receiveWith is receive with the body read by read (readOptionalBody for
-// the endpoints that take an empty body as {}).
-func receiveWith[C any](s *Server, w http.ResponseWriter, r *http.Request, read func(*http.Request) ([]byte, *apiError),
-	parse func([]byte) (C, *apiError)) (body []byte, c C, ok bool) {
-	body, aerr := read(r)
+	body, aerr := readBody(r, s.cfg.Limits.MaxBodyBytes)
 	if aerr != nil {
 		writeError(w, aerr)
 		return nil, c, false

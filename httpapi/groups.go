@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"encoding/json"
 	"math"
 	"net/http"
 	"time"
@@ -160,37 +159,20 @@ func (s *Server) handleDeleteGroup(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// readOptionalBody reads a body that may be empty (nil then): these
-// endpoints answer a missing body like one that lacks the fields.
-func (s *Server) readOptionalBody(r *http.Request) ([]byte, *apiError) {
+// readObject reads a body that carries nothing the endpoint uses but must,
+// as every POST body (queen-api.md 1.2), be present and a JSON object: a
+// refusal writes nothing.
+func (s *Server) readObject(r *http.Request) ([]byte, *apiError) {
 	body, aerr := readBody(r, s.cfg.Limits.MaxBodyBytes)
-	if aerr != nil && aerr.Code == codeEmptyBody {
-		return nil, nil
-	}
-	return body, aerr
-}
-
-// readOptionalObject reads a body that carries nothing but, when present,
-// must be a JSON object (a refusal writes nothing).
-func (s *Server) readOptionalObject(r *http.Request) ([]byte, *apiError) {
-	body, aerr := s.readOptionalBody(r)
 	if aerr == nil {
-		_, aerr = decodeOptionalObject(body)
+		_, aerr = decodeObject(body, "")
 	}
 	return body, aerr
-}
-
-// decodeOptionalObject decodes a JSON object body; an empty body is {}.
-func decodeOptionalObject(body []byte) (map[string]json.RawMessage, *apiError) {
-	if body == nil {
-		return map[string]json.RawMessage{}, nil
-	}
-	return decodeObject(body, "")
 }
 
 // POST /api/v1/consumer-groups/{group}/subscription
 func (s *Server) handleRewriteSubscription(w http.ResponseWriter, r *http.Request) {
-	body, ts, ok := receiveWith(s, w, r, s.readOptionalBody, parseSubscriptionTimestamp)
+	body, ts, ok := receive(s, w, r, parseSubscriptionTimestamp)
 	if !ok {
 		return
 	}
@@ -215,7 +197,7 @@ type subscriptionTimestamp struct {
 }
 
 func parseSubscriptionTimestamp(body []byte) (subscriptionTimestamp, *apiError) {
-	m, aerr := decodeOptionalObject(body)
+	m, aerr := decodeObject(body, "")
 	if aerr != nil {
 		return subscriptionTimestamp{}, aerr
 	}
@@ -236,7 +218,7 @@ func parseSubscriptionTimestamp(body []byte) (subscriptionTimestamp, *apiError) 
 
 // POST /api/v1/consumer-groups/{group}/queues/{queue}/seek
 func (s *Server) handleSeek(w http.ResponseWriter, r *http.Request) {
-	body, c, ok := receiveWith(s, w, r, s.readOptionalBody, parseSeek)
+	body, c, ok := receive(s, w, r, parseSeek)
 	if !ok {
 		return
 	}
@@ -260,7 +242,7 @@ func (s *Server) handleSeek(w http.ResponseWriter, r *http.Request) {
 // parseSeek reads a seek body: exactly one of {"toEnd": true} and
 // {"timestamp": "<RFC 3339>"}. "toEnd": false counts as absent.
 func parseSeek(body []byte) (*fsm.Seek, *apiError) {
-	m, aerr := decodeOptionalObject(body)
+	m, aerr := decodeObject(body, "")
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -293,8 +275,9 @@ func parseSeek(body []byte) (*fsm.Seek, *apiError) {
 
 // POST /api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek
 func (s *Server) handleSeekPartition(w http.ResponseWriter, r *http.Request) {
-	// Queen's clients send {}; a follower relays it.
-	body, aerr := s.readOptionalObject(r)
+	// Queen's clients send {}, whose members are ignored; a follower
+	// relays it.
+	body, aerr := s.readObject(r)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -322,10 +305,10 @@ func (s *Server) handleSeekPartition(w http.ResponseWriter, r *http.Request) {
 }
 
 // POST /api/v1/stats/refresh: statistics are computed from the state on
-// every read, so there is nothing to recompute; a body, when sent, must
-// still be a JSON object.
+// every read, so there is nothing to recompute; the body must still be a
+// JSON object.
 func (s *Server) handleStatsRefresh(w http.ResponseWriter, r *http.Request) {
-	if _, aerr := s.readOptionalObject(r); aerr != nil {
+	if _, aerr := s.readObject(r); aerr != nil {
 		writeError(w, aerr)
 		return
 	}
