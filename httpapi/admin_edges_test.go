@@ -106,3 +106,42 @@ func TestGetByPathNameRefusesInvalidName(t *testing.T) {
 		wantErrorAnyText(t, "GET "+c.path, s.do(http.MethodGet, c.path, nil), http.StatusBadRequest, c.code, c.field)
 	}
 }
+
+// README Limits and queen-api.md 1.2: a queue, partition, group or tag name
+// read from a path or a query string is at most 255 bytes of UTF-8, as a
+// pop and the message and group reads above enforce. The queue reads and the
+// listings' name filters answered such a name with a 404 or an empty page,
+// which hides the mistake (a filter cut or mangled on its way) as "nothing
+// there".
+func TestReadsRefuseInvalidNames(t *testing.T) {
+	s := newStack(t)
+	s.push(obj{"queue": "rn", "partition": "p", "payload": 1, "transactionId": "t1"})
+	long := strings.Repeat("n", 256)
+	for _, c := range []struct{ path, code, field string }{
+		{"/api/v1/resources/queues/%FF", "invalid_field", "queue"},
+		{"/api/v1/resources/queues/" + long, "limit_exceeded", "queue"},
+		{"/api/v1/status/queues/%FF", "invalid_field", "queue"},
+		{"/api/v1/status/queues/" + long + "/messages", "limit_exceeded", "queue"},
+		{"/api/v1/resources/queues?namespace=%FF", "invalid_field", "namespace"},
+		{"/api/v1/dlq?queue=" + long, "limit_exceeded", "queue"},
+		{"/api/v1/dlq?queue=rn&consumerGroup=%C3", "invalid_field", "consumerGroup"},
+		{"/api/v1/dlq?queue=rn&partition=" + long, "limit_exceeded", "partition"},
+		{"/api/v1/messages?ns=%FF", "invalid_field", "ns"},
+		{"/api/v1/messages?queue=rn&partition=" + long, "limit_exceeded", "partition"},
+		{"/api/v1/status?task=" + long, "limit_exceeded", "task"},
+		{"/api/v1/status/queues?task=%FF", "invalid_field", "task"},
+		{"/api/v1/status/analytics?queue=%FF", "invalid_field", "queue"},
+	} {
+		wantErrorAnyText(t, "GET "+c.path, s.do(http.MethodGet, c.path, nil), http.StatusBadRequest, c.code, c.field)
+	}
+	// Names at the limit are names: an unknown one is still a 404 or an
+	// empty answer.
+	atLimit := strings.Repeat("n", 255)
+	wantError(t, s.do(http.MethodGet, "/api/v1/resources/queues/"+atLimit, nil), http.StatusNotFound, "not_found", "", "Queue not found")
+	if n := asInt(t, asObj(t, s.getOK("/api/v1/dlq?queue="+atLimit))["total"]); n != 0 {
+		t.Errorf("dlq of an unknown queue: total %d", n)
+	}
+	if msgs := asArr(t, asObj(t, s.getOK("/api/v1/messages?queue=rn&partition=p"))["messages"]); len(msgs) != 1 {
+		t.Errorf("messages of rn/p: %v", msgs)
+	}
+}

@@ -46,6 +46,19 @@ func queryFilters(r *http.Request, names ...string) (url.Values, *apiError) {
 	return q, nil
 }
 
+// checkQueryNames refuses, as a pop does, a name filter that no queue,
+// partition, group or tag can hold (over 255 bytes, or not UTF-8: README
+// Limits, queen-api.md 1.2), rather than answer an empty page that hides
+// the mistake.
+func checkQueryNames(q url.Values, names ...string) *apiError {
+	for _, n := range names {
+		if aerr := checkName(n, q.Get(n)); aerr != nil {
+			return aerr
+		}
+	}
+	return nil
+}
+
 // GET /api/v1/resources/queues
 func (s *Server) handleListQueues(w http.ResponseWriter, r *http.Request) {
 	if aerr := s.readBarrier(r); aerr != nil {
@@ -53,6 +66,9 @@ func (s *Server) handleListQueues(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q, aerr := queryFilters(r, "namespace", "task")
+	if aerr == nil {
+		aerr = checkQueryNames(q, "namespace", "task")
+	}
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -89,7 +105,12 @@ func (s *Server) queueDetail(w http.ResponseWriter, r *http.Request) (*fsm.Queue
 		writeError(w, aerr)
 		return nil, false
 	}
-	v, err := s.state.QueueView(pathVar(r, "queue"), nowMicros(), true)
+	name := pathVar(r, "queue")
+	if aerr := checkName("queue", name); aerr != nil {
+		writeError(w, aerr)
+		return nil, false
+	}
+	v, err := s.state.QueueView(name, nowMicros(), true)
 	if err != nil {
 		internalError(w, err)
 		return nil, false
@@ -151,6 +172,9 @@ func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q, aerr := queryFilters(r, "queue", "consumerGroup", "partition", "from", "to")
+	if aerr == nil {
+		aerr = checkQueryNames(q, "queue", "consumerGroup", "partition")
+	}
 	if aerr != nil {
 		writeError(w, aerr)
 		return

@@ -52,6 +52,9 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q, aerr := queryFilters(r, "queue", "namespace", "task", "from", "to")
+	if aerr == nil {
+		aerr = checkQueryNames(q, "queue", "namespace", "task")
+	}
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -121,6 +124,9 @@ func (s *Server) handleStatusQueues(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q, aerr := queryFilters(r, "namespace", "task")
+	if aerr == nil {
+		aerr = checkQueryNames(q, "namespace", "task")
+	}
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -185,12 +191,16 @@ func (s *Server) handleStatusQueueMessages(w http.ResponseWriter, r *http.Reques
 		writeError(w, aerr)
 		return
 	}
+	name := pathVar(r, "queue")
 	limit, offset, aerr := queryPage(r.URL.Query(), 50, fsm.MaxBrowseLimit, fsm.MaxBrowseOffset)
+	if aerr == nil {
+		aerr = checkName("queue", name)
+	}
 	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
-	msgs, ok, err := s.state.QueueMessages(pathVar(r, "queue"), limit, offset, nowMicros())
+	msgs, ok, err := s.state.QueueMessages(name, limit, offset, nowMicros())
 	if err != nil {
 		internalError(w, err)
 		return
@@ -217,6 +227,9 @@ func (s *Server) handleStatusAnalytics(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q, aerr := queryFilters(r, "queue", "namespace", "task", "from", "to", "interval")
+	if aerr == nil {
+		aerr = checkQueryNames(q, "queue", "namespace", "task")
+	}
 	if aerr != nil {
 		writeError(w, aerr)
 		return
