@@ -123,9 +123,6 @@ func (s *Server) handleListMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q, aerr := queryFilters(r, "queue", "partition", "ns", "task", "status", "from", "to")
-	if aerr == nil {
-		aerr = checkQueryNames(q, "queue", "partition", "ns", "task")
-	}
 	if aerr != nil {
 		writeError(w, aerr)
 		return

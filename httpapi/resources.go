@@ -21,12 +21,15 @@ func nowMicros() int64 { return time.Now().UnixMicro() }
 // queryFilters returns the request's query, refusing with a 400 naming it a
 // filter among names whose pair net/url cannot decode (a bad %XX escape, a
 // ';'): url.Values drops such a pair silently, and a dropped filter would
-// widen the answer to everything it was meant to exclude. Other parameters
-// keep the leniency of queen-api.md 1.2 (an unusable integer is its default).
+// widen the answer to everything it was meant to exclude. A name filter among
+// them (a queue, partition, group or tag) is also refused when no name can
+// be it (over 255 bytes, or not UTF-8: README Limits, queen-api.md 1.2),
+// rather than read as a name that matches nothing. Other parameters keep the
+// leniency of queen-api.md 1.2 (an unusable integer is its default).
 func queryFilters(r *http.Request, names ...string) (url.Values, *apiError) {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err == nil {
-		return q, nil
+		return q, checkQueryNames(q, names)
 	}
 	for _, pair := range strings.Split(r.URL.RawQuery, "&") {
 		rawKey, rawVal, _ := strings.Cut(pair, "=")
@@ -43,17 +46,17 @@ func queryFilters(r *http.Request, names ...string) (url.Values, *apiError) {
 			}
 		}
 	}
-	return q, nil
+	return q, checkQueryNames(q, names)
 }
 
-// checkQueryNames refuses, as a pop does, a name filter that no queue,
-// partition, group or tag can hold (over 255 bytes, or not UTF-8: README
-// Limits, queen-api.md 1.2), rather than answer an empty page that hides
-// the mistake.
-func checkQueryNames(q url.Values, names ...string) *apiError {
+// checkQueryNames checks the filters among names that hold a name.
+func checkQueryNames(q url.Values, names []string) *apiError {
 	for _, n := range names {
-		if aerr := checkName(n, q.Get(n)); aerr != nil {
-			return aerr
+		switch n {
+		case "queue", "partition", "consumerGroup", "namespace", "ns", "task":
+			if aerr := checkName(n, q.Get(n)); aerr != nil {
+				return aerr
+			}
 		}
 	}
 	return nil
@@ -66,9 +69,6 @@ func (s *Server) handleListQueues(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q, aerr := queryFilters(r, "namespace", "task")
-	if aerr == nil {
-		aerr = checkQueryNames(q, "namespace", "task")
-	}
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -172,9 +172,6 @@ func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q, aerr := queryFilters(r, "queue", "consumerGroup", "partition", "from", "to")
-	if aerr == nil {
-		aerr = checkQueryNames(q, "queue", "consumerGroup", "partition")
-	}
 	if aerr != nil {
 		writeError(w, aerr)
 		return

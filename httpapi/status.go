@@ -52,9 +52,6 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q, aerr := queryFilters(r, "queue", "namespace", "task", "from", "to")
-	if aerr == nil {
-		aerr = checkQueryNames(q, "queue", "namespace", "task")
-	}
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -124,9 +121,6 @@ func (s *Server) handleStatusQueues(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q, aerr := queryFilters(r, "namespace", "task")
-	if aerr == nil {
-		aerr = checkQueryNames(q, "namespace", "task")
-	}
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -227,9 +221,6 @@ func (s *Server) handleStatusAnalytics(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q, aerr := queryFilters(r, "queue", "namespace", "task", "from", "to", "interval")
-	if aerr == nil {
-		aerr = checkQueryNames(q, "queue", "namespace", "task")
-	}
 	if aerr != nil {
 		writeError(w, aerr)
 		return
