@@ -605,6 +605,33 @@ func TestHTTPLongPollTimeout(t *testing.T) {
 	}
 }
 
+// A long-poll waits only when it finds nothing (queen-api.md 3.6, 4.9): one
+// whose timeout is already over when it looks (timeout=0) still takes what is
+// deliverable, as a pop with wait=false does, rather than answer 204 over it.
+func TestHTTPLongPollWithATimeoutOfZeroTakesWhatIsThere(t *testing.T) {
+	s := newStack(t)
+	const n = 30
+	items := make([]obj, n)
+	for i := range items {
+		items[i] = obj{"queue": "t0", "payload": i, "transactionId": fmt.Sprintf("m%d", i)}
+	}
+	s.push(items...)
+	for i := range n {
+		p := s.pop("/api/v1/pop/queue/t0?wait=true&timeout=0&autoAck=true")
+		if p == nil {
+			t.Fatalf("pop %d of %d with wait=true&timeout=0 answered 204 with %d messages waiting", i+1, n, n-i)
+		}
+		if m := asObj(t, asArr(t, p["messages"])[0]); m["transactionId"] != fmt.Sprintf("m%d", i) {
+			t.Fatalf("pop %d delivered %v, want m%d", i+1, m["transactionId"], i)
+		}
+	}
+	// Nothing left: it answers 204 at once rather than wait.
+	start := time.Now()
+	if p := s.pop("/api/v1/pop/queue/t0?wait=true&timeout=0"); p != nil || time.Since(start) > 500*time.Millisecond {
+		t.Errorf("empty queue, wait=true&timeout=0: %v after %v, want 204 at once", p, time.Since(start))
+	}
+}
+
 func TestHTTPAutoAck(t *testing.T) {
 	s := newStack(t)
 	s.push(obj{"queue": "aa", "payload": 1, "transactionId": "m1"}, obj{"queue": "aa", "payload": 2, "transactionId": "m2"})

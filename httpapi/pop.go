@@ -307,6 +307,15 @@ const (
 // when the client leaves.
 func (s *Server) awaitTurn(ctx context.Context, wt *waiter, park bool, wakeAt int64, until time.Time) turnOutcome {
 	s.waiters.ready(wt, !park)
+	// A turn already granted wins over a deadline already past: a select
+	// with both ready picks at random, and a long-poll whose timeout was
+	// over before its look (timeout=0) would answer 204 over messages it
+	// could take. Only a pop that finds nothing waits (queen-api.md 4.9).
+	select {
+	case <-wt.ch:
+		return turnHeld
+	default:
+	}
 	var wake, over <-chan time.Time
 	if park && wakeAt > 0 && (until.IsZero() || time.UnixMicro(wakeAt).Before(until)) {
 		t := time.NewTimer(max(time.Until(time.UnixMicro(wakeAt)), 0))
