@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/crownmq/crown/fsm"
 )
@@ -741,6 +744,46 @@ func TestParseExtend(t *testing.T) {
 	}
 	_, _, err = parseExtend([]byte(`[]`), lid)
 	wantAPIError(t, err, 400, "invalid_json", "", "Invalid JSON: body must be an object")
+}
+
+// ---- pop parameters ----
+
+// queen-api.md 3.6 gives a long-poll's timeout no upper bound, so the clamp
+// parsePop applies is a deviation only the README's Limits table can make
+// deliberate: it must name the bound the code uses.
+func TestPopTimeoutClampIsDocumented(t *testing.T) {
+	s := &Server{cfg: Config{DefaultPopTimeout: 30 * time.Second, Limits: DefaultLimits}}
+	for query, want := range map[string]time.Duration{
+		"":                            30 * time.Second,
+		"timeout=0":                   0,
+		"timeout=1500":                1500 * time.Millisecond,
+		"timeout=-1":                  30 * time.Second,
+		"timeout=999999":              999999 * time.Millisecond,
+		"timeout=3600001":             maxPopTimeout,
+		"timeout=9000000000000000000": maxPopTimeout,
+	} {
+		p, aerr, ok := s.parsePop(httptest.NewRequest(http.MethodGet, "/api/v1/pop/queue/q?wait=true&"+query, nil), fsm.ScopeWildcard)
+		noAPIError(t, aerr)
+		if !ok || p.timeout != want {
+			t.Errorf("%q: timeout %v (ok %v), want %v", query, p.timeout, ok, want)
+		}
+	}
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, limits, _ := strings.Cut(string(readme), "\n## Limits\n")
+	limits, _, _ = strings.Cut(limits, "\n## ")
+	row := ""
+	for _, line := range strings.Split(limits, "\n") {
+		if strings.Contains(line, "`timeout`") {
+			row = line
+		}
+	}
+	// The row states the bound in words: a change of maxPopTimeout must change it too.
+	if maxPopTimeout != time.Hour || !strings.Contains(row, "| 1 hour (larger values are clamped") {
+		t.Errorf("README Limits: the long-poll timeout row is %q; want one stating the clamp of %v", row, maxPopTimeout)
+	}
 }
 
 // ---- error body ----
