@@ -32,3 +32,24 @@ func TestOJSPurgeNothingWhileDeleting(t *testing.T) {
 		t.Errorf("purge of cancelled: %s", a.Raw)
 	}
 }
+
+// ojs-queues.md 6.7: "Matching jobs are removed permanently." Crown counts
+// no job as scheduled, retryable or pending (docs/queues.md, Known gaps), so
+// a purge of those states matches nothing; it removed the whole available
+// backlog.
+func TestOJSPurgeStatesWithoutJobsKeepsAvailable(t *testing.T) {
+	s := newStack(t)
+	s.ojs("POST", "/ojs/v1/queues", `{"name":"sel"}`).want(t, 201)
+	s.qpush("sel", "", "a", "b", "c")
+	for _, body := range []string{`{"confirm":true,"states":["scheduled"]}`, `{"confirm":true,"states":["retryable"]}`,
+		`{"confirm":true,"states":["pending","scheduled","retryable","cancelled"]}`} {
+		a := s.ojs("POST", "/ojs/v1/queues/sel/purge", body).want(t, 200)
+		if n, av := a.num(t, "purged_count"), a.num(t, "queue.available"); n != 0 || av != 3 {
+			t.Errorf("purge %s: purged_count %d, queue.available %d; want 0 and 3", body, n, av)
+		}
+	}
+	a := s.ojs("POST", "/ojs/v1/queues/sel/purge", `{"confirm":true,"states":["available"]}`).want(t, 200)
+	if n, av := a.num(t, "purged_count"), a.num(t, "queue.available"); n != 3 || av != 0 {
+		t.Errorf("purge of available: purged_count %d, queue.available %d; want 3 and 0", n, av)
+	}
+}

@@ -454,13 +454,16 @@ func (h *Handler) purge(w http.ResponseWriter, r *http.Request, a []string) {
 	c := &fsm.OJSPurgeQueue{Name: name}
 	for i, s := range states {
 		switch s {
-		case "available", "scheduled", "retryable", "pending":
+		case "available":
 			c.States |= fsm.PurgeBacklog
 		case "completed":
 			c.States |= fsm.PurgeCompleted
 		case "discarded":
 			c.States |= fsm.PurgeDiscarded
-		case "cancelled":
+		case "scheduled", "retryable", "pending", "cancelled":
+			// Crown holds no job in these states (their counts are
+			// always 0), so they match nothing: the backlog is the
+			// available jobs, removed only when "available" is named.
 		default:
 			e := newErr(http.StatusUnprocessableEntity, "validation_error", "invalid_state",
 				"states[%d]: %q cannot be purged (leased jobs must be cancelled; allowed: available, scheduled, retryable, pending, completed, discarded, cancelled)", i, s)
