@@ -268,3 +268,23 @@ func TestOJSAdminPatchRemovingConfiguredLeaseEmitsEvent(t *testing.T) {
 		t.Errorf("the PATCH's queue.config_updated lists fields %s, want [processing.visibility_timeout]", got)
 	}
 }
+
+// ojs-queues.md 0.5: "`type` ... Finer reason" and "`message` ... Names the
+// offending field"; 2.1 rule 3: "A wrong type gets 400 `invalid_type`"; 6.2
+// answers a queue's create the same way. A policy create whose name was sent
+// as a number was told "name is required" (type missing_field), as if the
+// member were absent.
+func TestOJSAdminPolicyNameWrongType(t *testing.T) {
+	s := newStack(t)
+	for _, c := range []struct{ body, typ, msg string }{
+		{`{"name":5,"match":"a*","config":{}}`, "invalid_type", "name must be a string"},
+		{`{"match":"a*","config":{}}`, "missing_field", "name is required"},
+		{`{"name":null,"match":"a*","config":{}}`, "missing_field", "name is required"},
+	} {
+		a := s.ojs("POST", "/ojs/v1/queues/_policies", c.body).want(t, 400)
+		if a.at("error.code") != "invalid_request" || a.at("error.type") != c.typ || a.at("error.message") != c.msg ||
+			a.at("error.details.field") != "name" {
+			t.Errorf("POST _policies %s: %s; want invalid_request/%s %q naming name", c.body, a.Raw, c.typ, c.msg)
+		}
+	}
+}

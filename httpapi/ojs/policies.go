@@ -206,9 +206,11 @@ func (h *Handler) createPolicy(w http.ResponseWriter, r *http.Request, _ []strin
 	}
 	// Every problem of the body is reported at once (ojs-queues.md 2.1).
 	ps := unknownMembers(m, "", "is not a known member", false, "name", "match", "priority", "config")
-	name, ok := jsonString(m["name"])
-	if !ok {
-		ps = append(ps, shape("name", "missing_field", "name is required and must be a string"))
+	var name string
+	if rawName, ok := m["name"]; !ok || isNull(rawName) {
+		ps = append(ps, shape("name", "missing_field", "name is required"))
+	} else if name, ok = jsonString(rawName); !ok {
+		ps = append(ps, shape("name", "invalid_type", "name must be a string"))
 	} else if e := policyName(name); e != nil {
 		ps = append(ps, findings(e)...)
 	}
