@@ -97,3 +97,33 @@ func TestOJSDeleteFinishedByAckAtOnceIsNot404(t *testing.T) {
 	}
 	s.ojs("GET", "/ojs/v1/queues/race", "").want(t, 404)
 }
+
+// ojs-queues.md 6.4: "PUT /ojs/v1/queues/{name}/config replaces all of the
+// queue's overrides with the submitted document"; 2: the configuration
+// document "sits at the top level of the body, next to `name`", as in the
+// extension's example ({"name": "payments", "capacity": …}), which PUT …/config
+// is served for. Such a document was refused 400 unknown_field for its
+// name. As in a PATCH, the name may repeat the path's and nothing else.
+func TestOJSPutConfigDocumentWithItsName(t *testing.T) {
+	s := newStack(t)
+	s.ojs("POST", "/ojs/v1/queues", `{"name":"payments","processing":{"max_concurrency":5}}`).want(t, 201)
+	a := s.ojs("PUT", "/ojs/v1/queues/payments/config", `{"name":"payments","capacity":{"max_depth":100}}`).want(t, 200)
+	if got := fmt.Sprint(a.at("queue.overrides")); got != "map[capacity:map[max_depth:100]]" {
+		t.Errorf("overrides after PUT of the named document: %s, want only capacity.max_depth 100", got)
+	}
+	a = s.ojs("PUT", "/ojs/v1/queues/payments/config", `{"name":"payments","config":{"capacity":{"max_depth":7}}}`).want(t, 200)
+	if got := a.num(t, "queue.config.capacity.max_depth"); got != 7 {
+		t.Errorf("PUT of the named document, sections under config: max_depth %d, want 7", got)
+	}
+	for _, body := range []string{`{"name":"other","capacity":{"max_depth":1}}`, `{"name":5}`} {
+		a := s.ojs("PUT", "/ojs/v1/queues/payments/config", body).want(t, 400)
+		if a.at("error.type") != "read_only_field" || a.at("error.details.field") != "name" {
+			t.Errorf("PUT %s: %s; want 400 read_only_field naming name", body, a.Raw)
+		}
+	}
+	if got := s.ojs("GET", "/ojs/v1/queues/payments", "").want(t, 200).num(t, "queue.config.capacity.max_depth"); got != 7 {
+		t.Errorf("a refused PUT changed the queue: max_depth %d, want 7", got)
+	}
+	// _default has no name to repeat.
+	s.ojs("PUT", "/ojs/v1/queues/_default/config", `{"name":"default","capacity":{"max_depth":1}}`).want(t, 400)
+}

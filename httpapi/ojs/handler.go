@@ -185,12 +185,24 @@ func (h *Handler) objectBody(r *http.Request, merge, required bool) (b []byte, m
 
 // configBody reads a request whose only members are a configuration
 // document (flat or under "config"), as PUT and PATCH of configuration take.
-func (h *Handler) configBody(r *http.Request, patch bool) ([]byte, fsm.QueueConfig, uint32, *Error) {
+// queue, when not empty, is the queue the path names: the document may carry
+// its name, as the queue configuration document does next to its sections
+// (ojs-queues.md 2), so long as it is that queue's (6.4).
+func (h *Handler) configBody(r *http.Request, patch bool, queue string) ([]byte, fsm.QueueConfig, uint32, *Error) {
 	b, m, e := h.objectBody(r, patch, true)
 	if e != nil {
 		return nil, fsm.QueueConfig{}, 0, e
 	}
-	ps := unknownMembers(m, "", "is not a known member", true, "config")
+	allowed := []string{"config"}
+	if queue != "" {
+		allowed = append(allowed, "name")
+	}
+	ps := unknownMembers(m, "", "is not a known member", true, allowed...)
+	if raw, ok := m["name"]; ok && queue != "" {
+		if s, ok := jsonString(raw); !ok || s != queue {
+			ps = append(ps, shape("name", "read_only_field", "name may only repeat the queue's name"))
+		}
+	}
 	cfg, unset, more := configProblems(m, patch)
 	if e := problems(append(ps, more...)); e != nil {
 		return nil, fsm.QueueConfig{}, 0, e

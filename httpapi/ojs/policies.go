@@ -53,7 +53,7 @@ func (h *Handler) patchDefault(w http.ResponseWriter, r *http.Request, _ []strin
 }
 
 func (h *Handler) writeDefault(w http.ResponseWriter, r *http.Request, mode uint8) {
-	b, cfg, unset, e := h.configBody(r, mode == fsm.PolicyPatch)
+	b, cfg, unset, e := h.configBody(r, mode == fsm.PolicyPatch, "")
 	if e != nil {
 		h.fail(w, e)
 		return

@@ -357,7 +357,7 @@ func (h *Handler) putConfig(w http.ResponseWriter, r *http.Request, a []string) 
 		h.fail(w, e)
 		return
 	}
-	b, cfg, _, e := h.configBody(r, false)
+	b, cfg, _, e := h.configBody(r, false, name)
 	if e != nil {
 		h.fail(w, e)
 		return
