@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/crownmq/crown/httpapi"
 )
 
 // ojsAdminMetric reads one unlabelled sample of /metrics/prometheus.
@@ -286,5 +288,26 @@ func TestOJSAdminPolicyNameWrongType(t *testing.T) {
 			a.at("error.details.field") != "name" {
 			t.Errorf("POST _policies %s: %s; want invalid_request/%s %q naming name", c.body, a.Raw, c.typ, c.msg)
 		}
+	}
+}
+
+// ojs-queues.md 0.4: "Limits (Crown choice; each is also a server flag)":
+// the admin request body (1 MiB, 413 payload_too_large) and the number of
+// queues (10 000, 422 queue_limit_reached). Both were fixed in the code;
+// Config.OJSMaxBodyBytes and OJSMaxQueues carry crownd's --ojs-max-body-bytes
+// and --ojs-max-queues.
+func TestOJSAdminLimitsFromConfig(t *testing.T) {
+	s := newStack(t, func(c *httpapi.Config) { c.OJSMaxQueues, c.OJSMaxBodyBytes = 2, 64 })
+	s.qpush("lq1", "", "a")
+	s.qpush("lq2", "", "b") // Queen pushes create queues without the bound
+	a := s.ojs("POST", "/ojs/v1/queues", `{"name":"lq3"}`).want(t, 422)
+	if a.at("error.type") != "queue_limit_reached" {
+		t.Errorf("create past --ojs-max-queues 2: %s; want 422 queue_limit_reached", a.Raw)
+	}
+	s.ojs("PATCH", "/ojs/v1/queues/lq1", `{"capacity":{"max_depth":5}}`).want(t, 200)
+	big := `{"capacity":{"max_depth":5},"processing":{"visibility_timeout":30,"max_concurrency":2}}`
+	a = s.ojs("PATCH", "/ojs/v1/queues/lq1", big).want(t, 413)
+	if a.at("error.code") != "payload_too_large" {
+		t.Errorf("a %d-byte body past --ojs-max-body-bytes 64: %s; want 413 payload_too_large", len(big), a.Raw)
 	}
 }

@@ -75,6 +75,11 @@ type Config struct {
 	// OJSStrict turns off implicit queue creation by OJS pause and resume
 	// (--ojs-strict-queues).
 	OJSStrict bool
+	// OJSMaxBodyBytes bounds an OJS request body (--ojs-max-body-bytes;
+	// 0: 1 MiB). OJSMaxQueues bounds the queues a creation through the OJS
+	// API may bring the cluster to (--ojs-max-queues; 0: 10,000).
+	OJSMaxBodyBytes int64
+	OJSMaxQueues    uint32
 	// ForwardProtocol is how a follower forwards to the leader:
 	// ForwardRelay (the default) or ForwardHTTP (--forward-protocol).
 	ForwardProtocol string
@@ -140,8 +145,8 @@ func New(cfg Config, cluster Cluster, state *fsm.FSM) *Server {
 	s.metrics = newMetrics(cfg.Registry, s)
 	state.Subscribe(s.waiters.notify)
 	state.Subscribe(s.nodeAddrs.changed)
-	s.ojs = ojs.New(ojs.Config{NodeID: cfg.NodeID, MaxBodyBytes: 1 << 20, Strict: cfg.OJSStrict,
-		Version: cfg.Version, Registry: cfg.Registry}, ojsBackend{s}, state)
+	s.ojs = ojs.New(ojs.Config{NodeID: cfg.NodeID, MaxBodyBytes: cfg.OJSMaxBodyBytes, MaxQueues: cfg.OJSMaxQueues,
+		Strict: cfg.OJSStrict, Version: cfg.Version, Registry: cfg.Registry}, ojsBackend{s}, state)
 	s.router = s.routes()
 	return s
 }

@@ -174,3 +174,32 @@ func TestForwardProtocolValues(t *testing.T) {
 		}
 	}
 }
+
+// ojs-queues.md 0.4: "Limits (Crown choice; each is also a server flag)".
+// The OJS admin body (1 MiB) and queue count (10 000) limits had no flag.
+// They are read from --ojs-max-body-bytes and --ojs-max-queues (or their
+// environment variables), and refused, naming the flag, outside their
+// ranges: a body over Queen's 16 MiB could not be relayed to the leader.
+func TestOJSLimitFlags(t *testing.T) {
+	base := []string{"--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:7632"}
+	c, err := parseConfig(base, noEnv, &bytes.Buffer{}, &bytes.Buffer{})
+	if err != nil || c.OJSMaxBodyBytes != 1<<20 || c.OJSMaxQueues != 10000 {
+		t.Fatalf("defaults: %v, body %d, queues %d; want 1 MiB and 10000", err, c.OJSMaxBodyBytes, c.OJSMaxQueues)
+	}
+	c, err = parseConfig(append(append([]string(nil), base...), "--ojs-max-body-bytes", "2048", "--ojs-max-queues", "3"),
+		noEnv, &bytes.Buffer{}, &bytes.Buffer{})
+	if err != nil || c.OJSMaxBodyBytes != 2048 || c.OJSMaxQueues != 3 {
+		t.Fatalf("--ojs-max-body-bytes 2048 --ojs-max-queues 3: %v, body %d, queues %d", err, c.OJSMaxBodyBytes, c.OJSMaxQueues)
+	}
+	env := func(k string) string { return map[string]string{"CROWN_OJS_MAX_QUEUES": "7"}[k] }
+	if c, err = parseConfig(base, env, &bytes.Buffer{}, &bytes.Buffer{}); err != nil || c.OJSMaxQueues != 7 {
+		t.Fatalf("CROWN_OJS_MAX_QUEUES=7: %v, queues %d", err, c.OJSMaxQueues)
+	}
+	for _, bad := range [][]string{{"--ojs-max-body-bytes", "0"}, {"--ojs-max-body-bytes", "16777217"},
+		{"--ojs-max-queues", "0"}, {"--ojs-max-queues", "4294967296"}} {
+		_, err := parseConfig(append(append([]string(nil), base...), bad...), noEnv, &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil || errors.Is(err, flag.ErrHelp) || !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("crownd %v: %v; want an error naming %s (exit 2)", bad, err, bad[0])
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -66,6 +67,8 @@ type config struct {
 	Pprof             bool
 	RaftMetrics       bool
 	OJSStrict         bool
+	OJSMaxBodyBytes   int64
+	OJSMaxQueues      uint64
 	ForwardProtocol   string
 	FSMSync           bool
 	FSMWriteback      time.Duration
@@ -109,6 +112,8 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the HTTP address")
 	fs.BoolVar(&c.RaftMetrics, "raft-metrics", true, "export Raft's own timers (log store appends, commit time, replication round trips, apply) on /metrics/prometheus as crown_raft_* summaries")
 	fs.BoolVar(&c.OJSStrict, "ojs-strict-queues", false, "OJS API: pause and resume of an unknown queue get 404 instead of creating it")
+	fs.Int64Var(&c.OJSMaxBodyBytes, "ojs-max-body-bytes", 1<<20, "OJS API: the largest request body, at most 16 MiB (413 payload_too_large above it)")
+	fs.Uint64Var(&c.OJSMaxQueues, "ojs-max-queues", fsm.DefaultMaxQueues, "OJS API: the number of queues a creation through the OJS API (a create, a pause or resume of an unknown name, a move's target) may bring the cluster to, counting every queue; Queen's push and configure are not bound (422 queue_limit_reached)")
 	fs.StringVar(&c.ForwardProtocol, "forward-protocol", httpapi.ForwardRelay, "how a follower forwards writes and pops to the leader: relay (many at a time over one connection to the leader, taken over from an HTTP request on its HTTP port; HTTP when the leader does not take it) or http (a keep-alive HTTP request each)")
 	fs.BoolVar(&c.VerifyAcks, "verify-acks", false, "testing aid: resolve every acknowledgment a second way too (the offset the leader wrote against the index, the index against a scan of the batch) and stop the node at the first disagreement; costs what the first way saves")
 	fs.BoolVar(&c.FSMSync, "fsm-sync", false, "fsync the state database on every commit (the Raft log is always fsynced; see README, Durability)")
@@ -291,6 +296,14 @@ func (c *config) checkRanges() error {
 	}
 	if c.FSMCommitBatches < 1 {
 		return fmt.Errorf("--fsm-commit-batches must be at least 1, got %d", c.FSMCommitBatches)
+	}
+	// The Queen body limit bounds every request a follower relays to the
+	// leader, so a larger OJS body could not be forwarded.
+	if c.OJSMaxBodyBytes < 1 || c.OJSMaxBodyBytes > httpapi.DefaultLimits.MaxBodyBytes {
+		return fmt.Errorf("--ojs-max-body-bytes must be from 1 to %d, got %d", httpapi.DefaultLimits.MaxBodyBytes, c.OJSMaxBodyBytes)
+	}
+	if c.OJSMaxQueues < 1 || c.OJSMaxQueues > math.MaxUint32 {
+		return fmt.Errorf("--ojs-max-queues must be from 1 to %d, got %d", uint32(math.MaxUint32), c.OJSMaxQueues)
 	}
 	if c.FSMWriteback < 0 {
 		return fmt.Errorf("--fsm-writeback must not be negative (0 leaves the writeback to the kernel), got %v", c.FSMWriteback)
@@ -489,6 +502,7 @@ func runNode(c *config, log *slog.Logger) error {
 		NodeID: c.NodeID, AdvertiseURL: c.HTTPAdvertise, RaftAddr: c.RaftAdvertise, LeaderWait: c.LeaderWait,
 		Hotlist: c.Hotlist, WindowBatch: c.WindowBatch, Key: c.Key, Logger: log, Registry: reg,
 		Pprof: c.Pprof, Version: version, OJSStrict: c.OJSStrict, ForwardProtocol: c.ForwardProtocol,
+		OJSMaxBodyBytes: c.OJSMaxBodyBytes, OJSMaxQueues: uint32(c.OJSMaxQueues),
 		// Every write acknowledged before a crash is in the log; local
 		// reads wait until the replay has applied it.
 		ReadFloor: node.LastCommandIndex(),
