@@ -319,7 +319,9 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 
 // restoreIfBehind loads the newest snapshot into the state machine when the
 // state file is older than it (it was discarded after a machine crash, or is
-// new). Raft itself starts applying after the snapshot's index.
+// new, or a leader's snapshot was stored and the process killed before the
+// state machine restored it). Raft itself starts applying after the
+// snapshot's index.
 //
 // A snapshot's index may be a barrier's (Raft counts barriers, which it
 // hands to no state machine, in the index it snapshots at), above the state
@@ -331,7 +333,7 @@ func restoreIfBehind(log *slog.Logger, f *fsm.FSM, snaps raft.SnapshotStore, log
 	if err != nil {
 		return fmt.Errorf("list snapshots: %w", err)
 	}
-	if len(list) == 0 || !appliesBetween(logs, f.AppliedIndex(), list[0].Index) {
+	if len(list) == 0 || !appliesBetween(logs, f.AppliedIndex(), list[0].Index, list[0].Term) {
 		return nil
 	}
 	meta, rc, err := snaps.Open(list[0].ID)
@@ -345,10 +347,23 @@ func restoreIfBehind(log *slog.Logger, f *fsm.FSM, snaps raft.SnapshotStore, log
 	return nil
 }
 
-// appliesBetween reports whether an entry after applied, up to and including
-// upTo, is one the state machine applies (a command or a configuration
-// change); an entry the log no longer holds counts as one.
-func appliesBetween(logs raft.LogStore, applied, upTo uint64) bool {
+// appliesBetween reports whether the snapshot of index upTo and term holds
+// an entry after applied that the state machine applies (a command or a
+// configuration change). It reads this node's log, which answers only when
+// it holds the snapshot's own entry, of the snapshot's term: by Raft's log
+// matching, the entries before that one are then the ones the snapshot
+// applied. Otherwise the log may hold, up to upTo, entries no leader
+// committed (a deposed leader's barriers, where the leader whose snapshot
+// was installed committed commands), so the file counts as behind; so it
+// does when the log no longer holds an entry in between.
+func appliesBetween(logs raft.LogStore, applied, upTo, term uint64) bool {
+	if upTo <= applied {
+		return false
+	}
+	var own raft.Log
+	if err := logs.GetLog(upTo, &own); err != nil || own.Term != term {
+		return true
+	}
 	for i := upTo; i > applied; i-- {
 		var l raft.Log
 		if err := logs.GetLog(i, &l); err != nil || l.Type == raft.LogCommand || l.Type == raft.LogConfiguration {
