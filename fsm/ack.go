@@ -78,8 +78,16 @@ type groupCursor struct {
 	// leased maps the transaction ids of the live batch to their offsets,
 	// read with one scan when the command starts, when the index alone
 	// cannot tell (byIndex false): within the batch the first occurrence of
-	// a reused id wins. Nil when byIndex.
+	// a reused id. Nil when byIndex.
 	leased map[string]uint64
+	// more holds the later occurrences, in order, of the ids the batch
+	// carries more than once (a retried push to a queue without
+	// deduplication stores its id again), and taken counts the items of
+	// this command that named each under the batch's lease (or none): the
+	// k-th such item naming an id takes its k-th occurrence (occurrence). Were every item to take the first,
+	// a batch acked an item per delivered message would never complete.
+	more  map[string][]uint64
+	taken map[string]int
 	// byIndex: the batch's items are resolved by the index alone, which
 	// gives the scan's answers here (ackByIndex).
 	byIndex bool
@@ -134,23 +142,51 @@ func (s *ackSession) cursor(p *segments.Partition) *groupCursor {
 }
 
 // scanBatch maps the transaction ids of the batch the command started with
-// to their offsets, the first occurrence of a reused id winning.
+// to their offsets: a reused id's first occurrence in leased, the later
+// ones in more.
 func (c *groupCursor) scanBatch(tx *segments.Tx, delivered uint64) {
-	c.leased = make(map[string]uint64, delivered)
+	c.leased, c.more = make(map[string]uint64, delivered), nil
 	must(tx.ScanTxIDs(c.part, c.batchFrom, func(off uint64, txID []byte) (bool, error) {
 		if off > c.batchLast {
 			return false, nil
 		}
 		if _, dup := c.leased[string(txID)]; !dup {
 			c.leased[string(txID)] = off
+		} else {
+			if c.more == nil {
+				c.more = make(map[string][]uint64)
+			}
+			c.more[string(txID)] = append(c.more[string(txID)], off)
 		}
 		return true, nil
 	}))
 }
 
+// occurrence is the offset the next item of the command naming txID takes
+// in the batch, first being the id's first occurrence there: the k-th
+// item takes the k-th occurrence, and items past the last occurrence take
+// the last (one message acked again). The items are resolved in request
+// order, so every node picks the same.
+func (c *groupCursor) occurrence(txID string, first uint64) uint64 {
+	more := c.more[txID]
+	if len(more) == 0 {
+		return first
+	}
+	if c.taken == nil {
+		c.taken = make(map[string]int)
+	}
+	k := c.taken[txID]
+	c.taken[txID] = k + 1
+	if k == 0 {
+		return first
+	}
+	return more[min(k, len(more))-1]
+}
+
 // resolve finds the message an ack names. When a transaction id occurs more
 // than once in the partition, the occurrence inside the group's leased batch
-// wins, else the newest (queen-api.md 4.12).
+// wins, else the newest (queen-api.md 4.12); inside the batch, each item of
+// the command naming it takes the next occurrence.
 func (s *ackSession) resolve(it *AckItem) (ackTarget, bool) {
 	if !it.PartitionOK {
 		return ackTarget{}, false
@@ -163,6 +199,11 @@ func (s *ackSession) resolve(it *AckItem) (ackTarget, bool) {
 	}
 	c := s.cursor(p)
 	if off, ok := c.leased[it.TxID]; ok && !c.byIndex {
+		// An item refused whatever it names (another lease, an unknown
+		// status) takes no occurrence from the items after it.
+		if (!it.HasLease || it.LeaseID == c.leaseAtStart) && it.Status != AckUnknown {
+			off = c.occurrence(it.TxID, off)
+		}
 		return ackTarget{cur: c, offset: off}, true
 	}
 	off, ok := s.indexAnswer(c, it)

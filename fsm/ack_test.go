@@ -695,3 +695,65 @@ func TestAckRetriedDeadLetterWritesOneEntry(t *testing.T) {
 		})
 	}
 }
+
+// queen-api.md 4.13: with dedupWindowSeconds 0 "a client retry after a lost
+// response duplicates the message", so one delivered batch can hold the
+// same transaction id twice. 4.5: the batch is complete, and its lease
+// released, once every delivered message is acked; both clients ack a
+// batch in one request, an item per delivered message. Each item naming the
+// repeated id must take its own occurrence: if both took the first, the
+// batch would stay leased until its expiry, holding the partition, and the
+// copy would be delivered again.
+func TestAckRepeatedIDInBatchTakesEachOccurrence(t *testing.T) {
+	m := newMachine(t)
+	configureWith(m, "q", func(o *segments.Options) { o.DedupWindowSeconds = 0 })
+	m.push(items("q", "p", "a", "x")...)
+	m.push(items("q", "p", "a")...) // the producer's retry, stored again
+	r := m.mustPop(Lease{Queue: "q", Batch: 10})
+	if got := txids(r); !slices.Equal(got, []string{"a", "x", "a"}) {
+		t.Fatalf("delivered %v", got)
+	}
+	ar := m.ack("", ackAll(r, AckCompleted)...)
+	if it := ar.Items[2]; !it.Success || !it.LeaseReleased {
+		t.Errorf("ack of the batch's last message (the repeated id): %+v, want success ending the lease", it)
+	}
+	if g := m.group("q", "p", QueueMode); g.Next != 4 || g.HasLease() || g.Batches != 1 {
+		t.Fatalf("group %+v after acking every delivered message, want position 4, no lease, one batch", g)
+	}
+	m.push(items("q", "p", "b")...)
+	r = m.pop(Lease{Queue: "q", Batch: 10})
+	if got := txids(r); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("next delivery %v, want [b]", got)
+	}
+	m.ack("", ackAll(r, AckCompleted)...)
+
+	// An item the apply refuses (another lease) takes no occurrence: the
+	// item after it acks the first copy, not the second.
+	m.push(items("q", "p", "r")...)
+	m.push(items("q", "p", "r")...)
+	r = m.mustPop(Lease{Queue: "q", Batch: 10})
+	if got := txids(r); !slices.Equal(got, []string{"r", "r"}) {
+		t.Fatalf("delivered %v", got)
+	}
+	pid := r.Partitions[0].PartitionID
+	ar = m.ack("", ackTx(pid, "r", [16]byte{9}, AckCompleted), ackTx(pid, "r", r.LeaseID, AckCompleted))
+	if ar.Items[0].Error != ErrInvalidLease || !ar.Items[1].Success || ar.Items[1].LeaseReleased {
+		t.Fatalf("acks %+v, want the foreign lease refused and the first copy acked", ar.Items)
+	}
+	if g := m.group("q", "p", QueueMode); g.Next != 6 || !g.HasLease() {
+		t.Fatalf("group %+v, want position 6 (past the first copy only) and the lease kept", g)
+	}
+
+	// The same id named twice by one request while the batch holds it once
+	// is one message acked twice.
+	m.push(items("q", "p2", "c", "d")...)
+	r = m.mustPop(Lease{Queue: "q", Partition: "p2", Scope: ScopeSpecific, Batch: 1})
+	lp := r.Partitions[0]
+	ar = m.ack("", ackOf(lp, lp.Messages[0], r.LeaseID, AckCompleted), ackOf(lp, lp.Messages[0], r.LeaseID, AckCompleted))
+	if !ar.Items[0].Success || !ar.Items[1].Success {
+		t.Fatalf("acks %+v", ar.Items)
+	}
+	if g := m.group("q", "p2", QueueMode); g.Next != 2 {
+		t.Fatalf("position %d, want 2 (only c)", g.Next)
+	}
+}
