@@ -387,6 +387,11 @@ func (a *applier) tryClaim(p *popState, q *segments.Queue, part *segments.Partit
 	return true
 }
 
+// QueueLeaseSeconds is the lease a pop that names no leaseSeconds gets from a
+// queue whose leaseTime is queue: the views show it, as queen-api.md 3.11
+// asks them to show what pops use (a leaseTime of 0 leases for the fallback).
+func QueueLeaseSeconds(queue int64) int64 { return leaseSeconds(0, queue) }
+
 // leaseSeconds resolves a pop's lease length: the request's when positive,
 // else the queue's, else the fallback.
 func leaseSeconds(request, queue int64) int64 {

@@ -196,3 +196,34 @@ func TestHTTPOptsDefaultPolicyEditKeepsExplicitConfigure(t *testing.T) {
 		t.Errorf("a pop leased for %v, want about 120 s", d.Round(time.Second))
 	}
 }
+
+// queue-options.md, leaseTime: a pop leases for "the request's leaseSeconds
+// when positive, else this value, else 60", and queen-api.md 3.11: the
+// detail's config "MUST show the values that pops actually use". A
+// leaseTime of 0 is echoed by configure as sent, leases for 60 s, and the
+// queue's views say 60.
+func TestHTTPOptsLeaseTimeZeroShowsTheLeasePopsUse(t *testing.T) {
+	s := newStack(t)
+	r := s.configure(obj{"queue": "lz", "options": obj{"leaseTime": 0}})
+	if got := optsTestNum(t, asObj(t, r["options"]), "leaseTime"); got != 0 {
+		t.Errorf("configure echoed leaseTime %d, want the 0 it was sent", got)
+	}
+	s.push(obj{"queue": "lz", "payload": 1, "transactionId": "z1"})
+	m := s.popOne("/api/v1/pop/queue/lz")
+	exp := optsTestLeaseExpiry(t, s, asStr(t, m["leaseId"]))
+	if d := time.Until(exp); d < 55*time.Second || d > 61*time.Second {
+		t.Errorf("a pop leased for %v, want about 60 s", d.Round(time.Second))
+	}
+	if got := optsTestNum(t, asObj(t, asObj(t, s.getOK("/api/v1/resources/queues/lz"))["config"]), "leaseTime"); got != 60 {
+		t.Errorf("resources detail config.leaseTime %d, want the 60 pops use", got)
+	}
+	st := asObj(t, asObj(t, s.getOK("/api/v1/status/queues/lz"))["queue"])
+	if got := optsTestNum(t, asObj(t, st["config"]), "leaseTime"); got != 60 {
+		t.Errorf("status detail config.leaseTime %d, want the 60 pops use", got)
+	}
+	pid := asStr(t, m["partitionId"])
+	d := asObj(t, s.getOK("/api/v1/messages/"+pid+"/z1"))
+	if got := optsTestNum(t, asObj(t, d["queueConfig"]), "leaseTime"); got != 60 {
+		t.Errorf("message detail queueConfig.leaseTime %d, want the 60 pops use", got)
+	}
+}

@@ -217,7 +217,7 @@ func (s *Server) handleGetMessage(w http.ResponseWriter, r *http.Request) {
 		"isEncrypted": d.Encrypted, "traceId": optUUID(d.TraceID, d.HasTrace), "producerSub": nullString(d.ProducerSub),
 		"createdAt": formatMillis(d.CreatedAt), "errorMessage": errMsg, "retryCount": retries,
 		"leaseExpiresAt": optMillis(d.LeaseExpiresAt),
-		"queueConfig": map[string]any{"leaseTime": o.LeaseTime, "retryLimit": o.RetryLimit, "retryDelay": o.RetryDelay,
+		"queueConfig": map[string]any{"leaseTime": fsm.QueueLeaseSeconds(o.LeaseTime), "retryLimit": o.RetryLimit, "retryDelay": o.RetryDelay,
 			"ttl": o.TTL, "priority": o.Priority},
 		"mode": map[string]any{"hasQueueMode": d.Mode.HasQueueMode, "busGroupsCount": d.Mode.BusGroups,
 			"consumedByGroups": d.Mode.ConsumedBy, "type": d.Mode.Type()},

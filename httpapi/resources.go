@@ -135,9 +135,13 @@ func (s *Server) handleGetQueue(w http.ResponseWriter, r *http.Request) {
 			"stats": statsJSON(p.Stats), "oldestMessage": optMillis(p.Oldest), "newestMessage": optMillis(p.Newest),
 		}
 	}
+	// The detail shows what pops use (queen-api.md 3.11); configure echoes
+	// what it was sent.
+	cfg := optionsJSON(v.Queue.Options, false)
+	cfg["leaseTime"] = fsm.QueueLeaseSeconds(v.Queue.Options.LeaseTime)
 	writeJSON(w, http.StatusOK, map[string]any{
 		"id": formatUUID(v.Queue.UUID), "name": v.Queue.Name, "namespace": v.Queue.Namespace, "task": v.Queue.Task,
-		"createdAt": formatMillis(v.Queue.CreatedAt), "config": optionsJSON(v.Queue.Options, false),
+		"createdAt": formatMillis(v.Queue.CreatedAt), "config": cfg,
 		"partitions": parts, "totals": statsJSON(v.Stats),
 	})
 }

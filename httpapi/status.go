@@ -171,7 +171,7 @@ func (s *Server) handleStatusQueue(w http.ResponseWriter, r *http.Request) {
 		"queue": map[string]any{
 			"id": formatUUID(qi.UUID), "name": qi.Name, "namespace": qi.Namespace, "task": qi.Task,
 			"priority": o.Priority, "createdAt": formatMillis(qi.CreatedAt),
-			"config": map[string]any{"leaseTime": o.LeaseTime, "retryLimit": o.RetryLimit, "retryDelay": o.RetryDelay,
+			"config": map[string]any{"leaseTime": fsm.QueueLeaseSeconds(o.LeaseTime), "retryLimit": o.RetryLimit, "retryDelay": o.RetryDelay,
 				"ttl": o.TTL, "maxQueueSize": o.MaxSize, "deadLetterQueue": o.DeadLetterQueue},
 		},
 		"partitions": parts,
