@@ -419,11 +419,23 @@ func deriveAdvertise(httpAddr, raftAddr string) (string, error) {
 	return "http://" + net.JoinHostPort(host, port), nil
 }
 
-func newLogger(c *config) *slog.Logger {
+func newLogger(c *config, w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: c.LogLevel}
-	var h slog.Handler = slog.NewJSONHandler(os.Stderr, opts)
+	var h slog.Handler
 	if c.LogFormat == "text" {
-		h = slog.NewTextHandler(os.Stderr, opts)
+		h = slog.NewTextHandler(w, opts)
+	} else {
+		// slog's JSON handler writes a time.Duration as a bare number of
+		// nanoseconds ("retention_interval":5000000000); the text handler
+		// and Raft's own lines (raftnode/hclog.go) write "5s". Write it as
+		// text here too, so a duration says its unit in either format.
+		opts.ReplaceAttr = func(_ []string, a slog.Attr) slog.Attr {
+			if a.Value.Kind() == slog.KindDuration {
+				a.Value = slog.StringValue(a.Value.Duration().String())
+			}
+			return a
+		}
+		h = slog.NewJSONHandler(w, opts)
 	}
 	return slog.New(h).With("node", c.NodeID)
 }
@@ -440,7 +452,7 @@ func bootID() string {
 // stop no signal asked for, is logged (structured, as every line once the
 // logger exists) and returned.
 func run(c *config) error {
-	log := newLogger(c)
+	log := newLogger(c, os.Stderr)
 	err := runNode(c, log)
 	if err != nil {
 		log.Error("crownd failed", "error", err)
