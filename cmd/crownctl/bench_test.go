@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,7 +11,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/crownmq/crown/cmd/internal/benchkit"
 	"github.com/crownmq/crown/cmd/internal/testcluster"
@@ -381,5 +384,45 @@ func TestBenchUsageAndCompare(t *testing.T) {
 		if !strings.Contains(table, want) {
 			t.Errorf("consume-only compare table lacks %q:\n%s", want, table)
 		}
+	}
+}
+
+// An acknowledgment that gets no answer or a 5xx is sent again, to the
+// next --url: given up, it left its batch leased for the queue's whole
+// leaseTime. Stopping the leader of a three-node cluster (SIGTERM) during
+// `crownctl bench run --duration 15s` against all three nodes stopped
+// consumption for the rest of the run (acks had gone to the stopped node:
+// connection refused, or broken pipe on a keep-alive connection it closed)
+// and the run failed with 525,186 messages "lost" that were still queued.
+func TestBenchAckRetriedOnNextNode(t *testing.T) {
+	var acks, refused atomic.Int32
+	live := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if acks.Add(1) == 1 {
+			refused.Add(1)
+			apiErr(w, 503, "no_leader", "", "no leader")
+			return
+		}
+		ackAllSucceeded(w, r)
+	}))
+	defer live.Close()
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close() // its port now refuses connections
+	cfg := &benchkit.Config{Producers: 1, Groups: 1, Consumers: 1, Queues: 1, PopBatch: 10}
+	// base() starts at urls[1]: the first attempt meets the stopped node,
+	// the second the live node's 503.
+	d := newCrownBench([]string{live.URL, down.URL}, 5*time.Second, cfg, false, 0)
+	cc, err := d.Consumer(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := []benchkit.Delivery{{TxnID: "t1", Handle: &crownHandle{partitionID: "p", leaseID: "l"}}}
+	for i := 0; i < 4; i++ {
+		failed, err := cc.Ack(context.Background(), ds)
+		if err != nil || failed != nil {
+			t.Fatalf("ack %d with one of two nodes down: failed %v, err %v; want it acknowledged by the other node", i, failed, err)
+		}
+	}
+	if n := acks.Load(); n != 5 || refused.Load() != 1 {
+		t.Errorf("live node received %d acks (%d answered 503), want 5 (1)", n, refused.Load())
 	}
 }
