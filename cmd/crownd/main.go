@@ -583,6 +583,17 @@ func runNode(c *config, log *slog.Logger) error {
 	if err := node.Shutdown(); err != nil {
 		log.Warn("raft shutdown", "error", err)
 	}
+	// The state files are synced and closed before "stopped" is logged, and
+	// a failure there is the exit status's too: a supervisor that sees 0
+	// takes the close for clean. (The deferred Close, for the paths that
+	// return early, then finds nothing to do.)
+	if err := state.Close(); err != nil {
+		if failed == nil {
+			failed = fmt.Errorf("close state: %w", err)
+		} else {
+			log.Error("close state", "error", err)
+		}
+	}
 	log.Info("stopped")
 	return failed
 }
