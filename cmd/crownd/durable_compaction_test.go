@@ -41,16 +41,8 @@ func TestDurableKillAllWhileEveryNodeSnapshotsAndCompacts(t *testing.T) {
 	}
 	for round := range 3 {
 		time.Sleep(time.Duration(1500+round*400) * time.Millisecond)
-		for _, n := range nodes {
-			n.Kill()
-		}
-		for _, n := range nodes {
-			n.Restart()
-		}
-		for _, n := range nodes {
-			if err := n.WaitHealthy(tc.LeaderTimeout); err != nil {
-				t.Fatalf("round %d: %v", round, err)
-			}
+		if err := killAllAndRestart(nodes); err != nil {
+			t.Fatalf("round %d: %v", round, err)
 		}
 	}
 	leader, err := c.WaitLeader(tc.LeaderTimeout)

@@ -484,16 +484,8 @@ func TestDurableKillAllDuringTransactions(t *testing.T) {
 		}()
 	}
 	time.Sleep(2 * time.Second)
-	for _, n := range nodes {
-		n.Kill()
-	}
-	for _, n := range nodes {
-		n.Restart()
-	}
-	for _, n := range nodes {
-		if err := n.WaitHealthy(tc.LeaderTimeout); err != nil {
-			t.Fatal(err)
-		}
+	if err := killAllAndRestart(nodes); err != nil {
+		t.Fatal(err)
 	}
 	time.Sleep(3 * time.Second)
 	acked := p.finish()
@@ -707,4 +699,21 @@ func TestDurableSingleNodeRepeatedKillsDuringSnapshots(t *testing.T) {
 		t.Errorf("rebuilt state at index %d, behind the kept state's %d", rebuilt.AppliedIndex, kept.AppliedIndex)
 	}
 	t.Logf("kept %d/%.12s, rebuilt %d/%.12s", kept.AppliedIndex, kept.Digest, rebuilt.AppliedIndex, rebuilt.Digest)
+}
+
+// killAllAndRestart SIGKILLs every node at once, as a power cut would, then
+// restarts them all and waits until each answers /health with 200.
+func killAllAndRestart(nodes []*tc.Node) error {
+	for _, n := range nodes {
+		n.Kill()
+	}
+	for _, n := range nodes {
+		n.Restart()
+	}
+	for _, n := range nodes {
+		if err := n.WaitHealthy(tc.LeaderTimeout); err != nil {
+			return err
+		}
+	}
+	return nil
 }
