@@ -24,7 +24,7 @@ Runs a three-node Crown cluster of local crownd processes.
 
 Commands:
   start [NODE]    start every node (or one) that is not running, then wait until healthy
-  stop [NODE]     stop every node (or one) with SIGTERM (SIGKILL after 30 s)
+  stop [NODE]     stop every node (or one) with SIGTERM (SIGKILL after 40 s)
   status          show each node's process and the cluster's view of itself
   kill NODE       SIGKILL one node (simulates a crash)
   restart NODE    stop one node if it runs, start it again and wait until healthy
@@ -249,12 +249,14 @@ stop_node() {
 		return 0
 	fi
 	kill -s "$sig" "$pid"
-	for ((n = 0; n < 300; n++)); do
+	# 40 s, as docker-compose.yml's stop_grace_period: crownd may wait 30 s
+	# for in-flight requests before it closes Raft and the state files.
+	for ((n = 0; n < 400; n++)); do
 		is_ours "$pid" "$i" || break
 		sleep 0.1
 	done
 	if is_ours "$pid" "$i"; then
-		echo "${NODES[$i]} still running 30 s after SIG$sig; sending SIGKILL"
+		echo "${NODES[$i]} still running 40 s after SIG$sig; sending SIGKILL"
 		kill -s KILL "$pid" 2>/dev/null || true
 		for ((n = 0; n < 50; n++)); do
 			is_ours "$pid" "$i" || break
