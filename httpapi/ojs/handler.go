@@ -198,10 +198,8 @@ func (h *Handler) configBody(r *http.Request, patch bool, queue string) ([]byte,
 		allowed = append(allowed, "name")
 	}
 	ps := unknownMembers(m, "", "is not a known member", true, allowed...)
-	if raw, ok := m["name"]; ok && queue != "" {
-		if s, ok := jsonString(raw); !ok || s != queue {
-			ps = append(ps, shape("name", "read_only_field", "name may only repeat the queue's name"))
-		}
+	if queue != "" {
+		ps = append(ps, repeatedName(m, queue, "queue")...)
 	}
 	cfg, unset, more := configProblems(m, patch)
 	if e := problems(append(ps, more...)); e != nil {

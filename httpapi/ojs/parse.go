@@ -98,6 +98,37 @@ func jsonInteger(raw json.RawMessage) (int64, bool) {
 	return n, true
 }
 
+// requiredName reads the name a create body must carry (ojs-queues.md 2.1):
+// absent or null it is missing_field, another JSON type invalid_type, and a
+// string valid refuses gives valid's findings; the name is "" unless valid.
+func requiredName(m map[string]json.RawMessage, valid func(string) *Error) (string, []problem) {
+	raw, ok := m["name"]
+	if !ok || isNull(raw) {
+		return "", []problem{shape("name", "missing_field", "name is required")}
+	}
+	name, ok := jsonString(raw)
+	if !ok {
+		return "", []problem{shape("name", "invalid_type", "name must be a string")}
+	}
+	if e := valid(name); e != nil {
+		return "", findings(e)
+	}
+	return name, nil
+}
+
+// repeatedName checks a body's optional name against the one its path gave
+// (of says whose): it may repeat it, nothing else (ojs-queues.md 6.4).
+func repeatedName(m map[string]json.RawMessage, name, of string) []problem {
+	raw, ok := m["name"]
+	if !ok {
+		return nil
+	}
+	if s, ok := jsonString(raw); !ok || s != name {
+		return []problem{shape("name", "read_only_field", "name may only repeat the %s's name", of)}
+	}
+	return nil
+}
+
 func jsonString(raw json.RawMessage) (string, bool) {
 	var s string
 	if len(bytes.TrimSpace(raw)) == 0 || bytes.TrimSpace(raw)[0] != '"' {

@@ -206,14 +206,8 @@ func (h *Handler) createPolicy(w http.ResponseWriter, r *http.Request, _ []strin
 	}
 	// Every problem of the body is reported at once (ojs-queues.md 2.1).
 	ps := unknownMembers(m, "", "is not a known member", false, "name", "match", "priority", "config")
-	var name string
-	if rawName, ok := m["name"]; !ok || isNull(rawName) {
-		ps = append(ps, shape("name", "missing_field", "name is required"))
-	} else if name, ok = jsonString(rawName); !ok {
-		ps = append(ps, shape("name", "invalid_type", "name must be a string"))
-	} else if e := policyName(name); e != nil {
-		ps = append(ps, findings(e)...)
-	}
+	name, more := requiredName(m, policyName)
+	ps = append(ps, more...)
 	c := &fsm.OJSPutPolicy{Name: name, Mode: fsm.PolicyCreate}
 	if e := problems(append(ps, policyProblems(m, false, c)...)); e != nil {
 		h.fail(w, e)
@@ -246,11 +240,7 @@ func (h *Handler) patchPolicy(w http.ResponseWriter, r *http.Request, a []string
 	}
 	// Every problem of the body is reported at once (ojs-queues.md 2.1).
 	ps := unknownMembers(m, "", "is not a known member", false, "name", "match", "priority", "config")
-	if raw, ok := m["name"]; ok {
-		if s, ok := jsonString(raw); !ok || s != name {
-			ps = append(ps, shape("name", "read_only_field", "name may only repeat the policy's name"))
-		}
-	}
+	ps = append(ps, repeatedName(m, name, "policy")...)
 	c := &fsm.OJSPutPolicy{Name: name, Mode: fsm.PolicyPatch}
 	if e := problems(append(ps, policyProblems(m, true, c)...)); e != nil {
 		h.fail(w, e)

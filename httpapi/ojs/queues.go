@@ -195,15 +195,8 @@ func (h *Handler) createQueue(w http.ResponseWriter, r *http.Request, _ []string
 	// Every problem of the body is reported at once (ojs-queues.md 2.1).
 	ps := unknownMembers(m, "", "is not a known member", true, "name", "state", "policy", "config")
 	c := &fsm.OJSCreateQueue{MaxQueues: h.cfg.MaxQueues}
-	if rawName, ok := m["name"]; !ok || isNull(rawName) {
-		ps = append(ps, shape("name", "missing_field", "name is required"))
-	} else if name, ok := jsonString(rawName); !ok {
-		ps = append(ps, shape("name", "invalid_type", "name must be a string"))
-	} else if e := queueName(name); e != nil {
-		ps = append(ps, findings(e)...)
-	} else {
-		c.Name = name
-	}
+	name, more := requiredName(m, queueName)
+	c.Name, ps = name, append(ps, more...)
 	if raw, ok := m["state"]; ok && !isNull(raw) {
 		if s, ok := jsonString(raw); !ok {
 			ps = append(ps, shape("state", "invalid_type", "state must be a string"))
@@ -228,7 +221,6 @@ func (h *Handler) createQueue(w http.ResponseWriter, r *http.Request, _ []string
 		h.fail(w, e)
 		return
 	}
-	name := c.Name
 	c.Config = cfg
 	or, ok := h.run(w, r, b, c)
 	if !ok {
@@ -300,11 +292,7 @@ func (h *Handler) patchQueue(w http.ResponseWriter, r *http.Request, a []string)
 			ps = append(ps, p)
 		}
 	}
-	if raw, ok := m["name"]; ok {
-		if s, ok := jsonString(raw); !ok || s != name {
-			ps = append(ps, shape("name", "read_only_field", "name may only repeat the queue's name"))
-		}
-	}
+	ps = append(ps, repeatedName(m, name, "queue")...)
 	c := &fsm.OJSUpdateQueue{Name: name}
 	if raw, ok := m["state"]; ok {
 		if s, ok := jsonString(raw); !ok {
