@@ -43,8 +43,9 @@ PREFIX-q0... Consumers long-poll (GET /api/v1/pop/queue/Q?wait=true&timeout=1000
 &batch=--pop-batch&consumerGroup=PREFIX-gN) and acknowledge each popped batch with
 one POST /api/v1/ack/batch. Requests go round-robin to every --url. A push
 that fails with a 5xx or a transport error is retried with the same
-transaction ids (idempotent), and so is an acknowledgment, a few times, on
-the next node (a completed ack is idempotent too); a 4xx stops the run.
+transaction ids (idempotent), and so is an acknowledgment (a completed ack
+is idempotent too), each attempt on the next node, up to --retries
+attempts; a 4xx stops the run.
 
 The report gives messages/s and MB/s (payload bytes, 10^6) of each side and
 p50/p90/p99/max latency of push, pop (only pops that delivered; a pop's
@@ -476,39 +477,13 @@ func (c *crownConsumer) Pop(ctx context.Context) ([]benchkit.Delivery, error) {
 	}
 }
 
-// ackAttempts bounds the sendings of one acknowledgment: enough to reach
-// every node of a three-node cluster twice, or to outlast an election
-// (each 503 no_leader takes --leader-wait).
-const ackAttempts = 6
-
 func (c *crownConsumer) Ack(ctx context.Context, ds []benchkit.Delivery) ([]bool, error) {
 	b := appendAckBatch(c.body[:0], c.group, ds)
 	c.body = b
-	// An acknowledgment that got no answer (a node stopped, restarting or
-	// crashed; a keep-alive connection it closed) or a 5xx is sent again,
-	// to the next node, as a push is: acknowledging a completed message
-	// again succeeds. Given up at once, it left its batch leased until the
-	// lease expired (the queue's leaseTime, 300 s by default), so the
-	// partition stopped delivering and the run ended reporting what it
-	// still held as lost.
-	var (
-		u      string
-		status int
-		body   []byte
-		err    error
-	)
-	for attempt := 1; ; attempt++ {
-		u = c.d.base() + "/api/v1/ack/batch"
-		status, body, err = c.d.do(ctx, http.MethodPost, u, b, &c.answer)
-		again := (err != nil && !benchkit.IsFatal(err)) || (err == nil && status >= 500)
-		if !again || attempt >= ackAttempts || ctx.Err() != nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
-		}
-	}
+	// base() moves on at every call, so an attempt the harness sends again
+	// after a transport error or a 5xx goes to the next node.
+	u := c.d.base() + "/api/v1/ack/batch"
+	status, body, err := c.d.do(ctx, http.MethodPost, u, b, &c.answer)
 	if err != nil {
 		return nil, err
 	}

@@ -329,7 +329,7 @@ func produce(ctx context.Context, c *Config, p int, pc Producer, deadline time.T
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(min(25*time.Millisecond<<min(attempt, 10), time.Second)):
+			case <-time.After(retryBackoff(attempt)):
 			}
 		}
 		seq += n
@@ -405,9 +405,34 @@ func consume(ctx context.Context, c *Config, g int, cc Consumer, tracker *Tracke
 		s.consMsgs += int64(len(ds))
 		counters.Consumed.Add(int64(len(ds)))
 
-		t1 := time.Now()
-		failed, err := cc.Ack(ctx, ds)
-		s.ackReqs++
+		// An acknowledgment that got no answer (a node stopped or restarting,
+		// a keep-alive connection it closed) or a 5xx is sent again, as a
+		// push is (a driver sends each attempt to its next node): acking a
+		// message again is idempotent, and given up the batch would stay
+		// leased until its lease expired, starving its partition, so the
+		// run would report as lost what the broker still holds.
+		var (
+			t1     time.Time
+			failed []bool
+		)
+		for attempt := 1; ; attempt++ {
+			t1 = time.Now()
+			failed, err = cc.Ack(ctx, ds)
+			s.ackReqs++
+			if err == nil || ctx.Err() != nil || IsFatal(err) || attempt >= c.Retries {
+				break
+			}
+			s.errs.Ack++
+			counters.Errors.Add(1)
+			if attempt == 1 || attempt%10 == 0 {
+				warn("ack error (attempt %d in group %d): %v", attempt, g, err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(retryBackoff(attempt)):
+			}
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -438,4 +463,10 @@ func consume(ctx context.Context, c *Config, g int, cc Consumer, tracker *Tracke
 		}
 		tracker.Acked(g, msgs, failed)
 	}
+}
+
+// retryBackoff is the wait before a failed push's or acknowledgment's next
+// attempt: doubling from 50 ms, at most a second.
+func retryBackoff(attempt int) time.Duration {
+	return min(25*time.Millisecond<<min(attempt, 10), time.Second)
 }

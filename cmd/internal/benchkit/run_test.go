@@ -21,6 +21,7 @@ type fakeBroker struct {
 	failedOnce map[string]bool // batches (by first transaction id) failed already
 	failAck    bool            // the first ack of each group refuses its first item
 	ackFailed  map[int]bool
+	ackErrors  int  // the first ackErrors acks fail without applying (a transport error)
 	dupDeliver bool // deliver the first message of group 0 twice (a broker bug)
 	fatalPush  bool
 }
@@ -98,6 +99,10 @@ func (c *fakeConsumer) Ack(_ context.Context, ds []Delivery) ([]bool, error) {
 	b := c.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.ackErrors > 0 {
+		b.ackErrors--
+		return nil, errors.New("connection refused")
+	}
 	if b.failAck && !b.ackFailed[c.g] {
 		b.ackFailed[c.g] = true
 		failed := make([]bool, len(ds))
@@ -151,6 +156,25 @@ func TestRunRetriesAndRedeliveries(t *testing.T) {
 	}
 	for _, v := range rep.Verification {
 		if v.Unique != 500 || v.Redelivered != 1 || v.Duplicates != 0 || v.Unacked != 0 {
+			t.Errorf("verification %+v", v)
+		}
+	}
+}
+
+// An acknowledgment that failed (no answer, a 5xx) is sent again, as a push
+// is: given up, its batch would stay leased and the run would report its
+// messages lost (with this fake broker, never delivered again at all).
+func TestRunRetriesFailedAcks(t *testing.T) {
+	c := testConfig(ModeBoth, 200, 1, 1)
+	c.Retries, c.IdleTimeout = 3, time.Second
+	b := newFakeBroker(1)
+	b.ackErrors = 2 // one ack's first two attempts
+	rep := runFake(t, c, b)
+	if !rep.OK || rep.Errors.Ack != 2 {
+		t.Fatalf("OK %v, ack errors %d (want 2): %+v", rep.OK, rep.Errors.Ack, rep.Errors)
+	}
+	for _, v := range rep.Verification {
+		if v.Unique != 200 || v.Lost != 0 || v.Duplicates != 0 || v.Unacked != 0 {
 			t.Errorf("verification %+v", v)
 		}
 	}

@@ -63,7 +63,7 @@ func RegisterFlags(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.RunID, "run-id", "", "id in every transaction id, letters and digits (default: random; a consume run needs the produce run's)")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", 10*time.Second, "consumers give up after this long without a message once producing is over (or, in consume mode, at any time)")
 	fs.StringVar(&c.Progress, "progress", "auto", "progress line on stderr about once a second: auto (rewritten in place on a terminal, a line per report otherwise), on, or off")
-	fs.IntVar(&c.Retries, "retries", 30, "attempts of a push that fails with a 5xx or a transport error (same transaction ids: idempotent) before its producer gives up")
+	fs.IntVar(&c.Retries, "retries", 30, "attempts of a push or an acknowledgment that fails with a 5xx or a transport error (same transaction ids: idempotent) before it is given up")
 }
 
 // Validate checks the flags and fills the defaults (count, run id).
