@@ -84,8 +84,9 @@ type groupCursor struct {
 	// carries more than once (a retried push to a queue without
 	// deduplication stores its id again), and taken counts the items of
 	// this command that named each under the batch's lease (or none): the
-	// k-th such item naming an id takes its k-th occurrence (occurrence). Were every item to take the first,
-	// a batch acked an item per delivered message would never complete.
+	// k-th such item naming an id takes its k-th occurrence (occurrence).
+	// Were every item to take the first, a batch acked an item per
+	// delivered message would never complete.
 	more  map[string][]uint64
 	taken map[string]int
 	// byIndex: the batch's items are resolved by the index alone, which
