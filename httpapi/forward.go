@@ -625,20 +625,49 @@ func (f *forwarder) catchUp(_ context.Context, resp *http.Response) {
 // localRead waits until this node has applied every write it relayed to a
 // client, and the last command its Raft log held at start
 // (Config.ReadFloor), within --leader-wait; past that the read is refused
-// with 503 rather than served stale. The check is an atomic load: a leader
-// makes it before every pop.
+// with 503 rather than served stale. The check is two atomic loads: a
+// leader makes it before every pop.
 func (s *Server) localRead(ctx context.Context) *apiError {
-	idx := s.relayed.Load()
+	idx := max(s.relayed.Load(), s.floor.Load())
 	if idx == 0 || s.state.AppliedIndex() >= idx {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.LeaderWait)
 	defer cancel()
-	if err := s.cluster.WaitApplied(ctx, idx); err != nil {
-		return &apiError{Status: http.StatusServiceUnavailable, Code: codeUnavailable,
-			Message: "This node is still catching up with the leader; retry, or read from another node: " + err.Error()}
+	for {
+		idx = max(s.relayed.Load(), s.floorNow())
+		wctx, wcancel := ctx, context.CancelFunc(func() {})
+		if s.floor.Load() > s.relayed.Load() && s.cfg.ReadFloorNow != nil {
+			// The floor's entry may be replaced meanwhile, which applies
+			// nothing at its index: look again shortly.
+			wctx, wcancel = context.WithTimeout(ctx, floorRecheck)
+		}
+		err := s.cluster.WaitApplied(wctx, idx)
+		wcancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return &apiError{Status: http.StatusServiceUnavailable, Code: codeUnavailable,
+				Message: "This node is still catching up with the leader; retry, or read from another node: " + err.Error()}
+		}
 	}
-	return nil
+}
+
+// floorRecheck is how often a read held by the read floor asks whether it
+// has come down.
+const floorRecheck = 50 * time.Millisecond
+
+// floorNow is the read floor, lowered first as Config.ReadFloorNow finds.
+func (s *Server) floorNow() uint64 {
+	f := s.floor.Load()
+	if s.cfg.ReadFloorNow == nil || f == 0 || s.state.AppliedIndex() >= f {
+		return f
+	}
+	if lower := s.cfg.ReadFloorNow(f); lower < f && s.floor.CompareAndSwap(f, lower) {
+		return lower
+	}
+	return s.floor.Load()
 }
 
 // readBarrier makes a read linearizable when the client asks for it

@@ -55,10 +55,16 @@ type Config struct {
 	// ReadFloor is an index local reads (and a leader's first look for a
 	// pop) wait for this node to have applied, as they wait for the writes
 	// it relayed: crownd gives the last command in its Raft log at start
-	// (raftnode.Node.LastCommandIndex). A write acknowledged before a crash
+	// (raftnode.Node.StartFloor). A write acknowledged before a crash
 	// is in the log, but the state file may lack it until Raft replays it
 	// (its commits are deferred: fsm/DESIGN.md, "Deferred commits").
 	ReadFloor uint64
+	// ReadFloorNow, when set, is asked while the floor is not reached for
+	// the index to wait for instead (raftnode.Node.FloorNow): lower once a
+	// leader has replaced the entry at it, which no leader committed, so
+	// that reads are not held until the cluster commits commands past an
+	// index the log no longer holds.
+	ReadFloorNow func(floor uint64) uint64
 	// LeaderWait bounds how long a request waits for a leader during an
 	// election before failing with 503 (default 5 s).
 	LeaderWait time.Duration
@@ -100,6 +106,9 @@ type Server struct {
 	// relayed is the highest log index of a forwarded write this node has
 	// answered; local reads wait for it (forward.go, localRead).
 	relayed atomic.Uint64
+	// floor is Config.ReadFloor, lowered as ReadFloorNow finds; local
+	// reads wait for it too.
+	floor atomic.Uint64
 	// leaving is set while this node, as leader, removes itself from the
 	// cluster: it must not register itself again meanwhile.
 	leaving atomic.Bool
@@ -140,7 +149,7 @@ func New(cfg Config, cluster Cluster, state *fsm.FSM) *Server {
 		cfg: cfg, log: cfg.Logger.With("component", "http"), cluster: cluster, state: state,
 		waiters: newWaiters(), started: time.Now(), closing: make(chan struct{}), delivered: newDelivered(),
 	}
-	s.relayed.Store(cfg.ReadFloor)
+	s.floor.Store(cfg.ReadFloor)
 	s.fwd = newForwarder(s)
 	s.metrics = newMetrics(cfg.Registry, s)
 	state.Subscribe(s.waiters.notify)

@@ -122,6 +122,7 @@ type Node struct {
 	appendLog *leaderAppendStore    // in front of pieces: the leader's writes overlap replication
 	logPath   string                // logStore's file
 	logs      raft.LogStore         // the log as Raft reads it: its cache in front of appendLog
+	floor     startFloor            // the log's last command at start (startfloor.go)
 	proposer  *Proposer
 
 	notifyCh chan bool
@@ -236,6 +237,7 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	if err := restoreIfBehind(log, f, snaps, logs); err != nil {
 		return fail(err)
 	}
+	floor := readStartFloor(logs, f.AppliedIndex())
 	advertise, err := net.ResolveTCPAddr("tcp", cfg.Advertise)
 	if err != nil {
 		return fail(fmt.Errorf("resolve raft advertise address %q: %w", cfg.Advertise, err))
@@ -247,7 +249,7 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	}
 	cleanup = append(cleanup, func() { trans.Close() })
 
-	n := &Node{cfg: cfg, log: log, fsm: f, counted: &logBytesFSM{FSM: f, sizes: newEntrySizes(cfg.TrailingLogs), durable: appendLog.waitDurable}, transport: trans, logStore: store, pieces: pieces, appendLog: appendLog, logPath: logPath, logs: logs,
+	n := &Node{cfg: cfg, log: log, fsm: f, counted: &logBytesFSM{FSM: f, sizes: newEntrySizes(cfg.TrailingLogs), durable: appendLog.waitDurable}, transport: trans, logStore: store, pieces: pieces, appendLog: appendLog, logPath: logPath, logs: logs, floor: floor,
 		notifyCh: make(chan bool, 16), obsCh: make(chan raft.Observation, 64), joinCh: make(chan leadershipJoin),
 		stopped: make(chan struct{})}
 	n.leaderView, n.endLeaderView = context.WithCancel(context.Background())
@@ -607,14 +609,6 @@ func leadershipError(what string, err error) error {
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
-
-// LastCommandIndex is the index of the last command in this node's log, or
-// what the state machine has applied if that is later: once the state
-// machine has applied it, every write this node acknowledged is applied,
-// a write answered before a restart included (its state-file commit may
-// have been deferred). A command the log held but no leader committed is
-// replaced, and its index reached, as later entries arrive.
-func (n *Node) LastCommandIndex() uint64 { return n.lastCommandAtOrBelow(n.raft.LastIndex()) }
 
 // lastCommandAtOrBelow walks back from index over the entries the state
 // machine has not applied to the last command. An entry it cannot read is

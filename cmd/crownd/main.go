@@ -517,7 +517,7 @@ func runNode(c *config, log *slog.Logger) error {
 		OJSMaxBodyBytes: c.OJSMaxBodyBytes, OJSMaxQueues: uint32(c.OJSMaxQueues),
 		// Every write acknowledged before a crash is in the log; local
 		// reads wait until the replay has applied it.
-		ReadFloor: node.LastCommandIndex(),
+		ReadFloor: node.StartFloor(), ReadFloorNow: node.FloorNow,
 	}, node, state)
 
 	ln, err := net.Listen("tcp", c.HTTPAddr)

@@ -1,0 +1,111 @@
+package main_test
+
+// What a client sees across nodes: reads, pops and long-polls on a node
+// other than the one that took the write, and across changes of leader.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	tc "github.com/crownmq/crown/cmd/internal/testcluster"
+)
+
+// README, "Any node serves any request": reads are served from the local
+// state, "never behind a write the same node acknowledged (a node that is
+// still catching up, for example just after a restart, waits for it within
+// --leader-wait or answers 503; after a restart that includes every command
+// its Raft log held ...)"; /health "answers 200 only when the node can
+// serve".
+//
+// A leader that appended pushes to its log while its followers were down
+// (nothing committed, nothing acknowledged) is SIGKILLed; the followers,
+// restarted,
+// elect a new leader, whose log holds a no-op where the old leader held
+// those pushes. Restarted, the old leader truncates them and is healthy: its
+// reads must be served, not held until the cluster happens to commit
+// commands past the index of entries that no longer exist.
+func TestClusterRestartAfterUncommittedTailServesReads(t *testing.T) {
+	c := tc.Start(t, 3, tc.WithArgs("--leader-wait", "2s", "--commit-inflight", "4"))
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const queue = "uncommitted-tail"
+	leader := c.Leader()
+	fs := clusterFollowers(c, leader)
+	if _, err := leader.Client().Push(ctx, []tc.PushItem{{Queue: queue, Payload: 0, TransactionID: "acked"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitConverged(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fs {
+		f.Kill()
+	}
+	// Pushes the stopped followers never store: the leader appends them to
+	// its own log and waits for a quorum that does not come.
+	var wg sync.WaitGroup
+	pctx, pcancel := context.WithCancel(ctx)
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = leader.Client().Push(pctx, []tc.PushItem{{Queue: queue, Payload: i, TransactionID: fmt.Sprintf("lost-%d", i)}})
+		}()
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	before, err := leader.Client().Health(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader.Kill()
+	pcancel()
+	wg.Wait()
+	for _, f := range fs {
+		f.Restart()
+	}
+	next, err := c.WaitLeader(tc.LeaderTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := next.Client().Health(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What makes the case: the old leader's log runs past the new one's.
+	if before.Raft.LastIndex <= after.Raft.LastIndex+1 {
+		t.Fatalf("the old leader's log ends at %d, the new leader's at %d: no uncommitted tail to test with",
+			before.Raft.LastIndex, after.Raft.LastIndex)
+	}
+	t.Logf("old leader: last index %d, commit %d; new leader %s: last index %d",
+		before.Raft.LastIndex, before.Raft.CommitIndex, next.ID(), after.Raft.LastIndex)
+	leader.Restart()
+	if err := leader.WaitHealthy(tc.LeaderTimeout); err != nil {
+		t.Fatal(err)
+	}
+	// Healthy, with the conflicting tail replaced once the new leader's
+	// entries reach it: give that a moment, as a client would not notice.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		start := time.Now()
+		q, err := leader.Client().Queue(ctx, queue, false)
+		if err == nil {
+			if q.Totals.Total != 1 {
+				t.Errorf("%s after its restart: total %d, want 1 (the acknowledged push only)", leader.ID(), q.Totals.Total)
+			}
+			return
+		}
+		var he *tc.HTTPError
+		if !errors.As(err, &he) || he.Status != 503 {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			h, _ := leader.Client().Health(ctx)
+			t.Fatalf("%s, healthy (applied %d, commit %d, last %d), still refuses local reads 10 s after its restart: %v (the read took %v)",
+				leader.ID(), h.Raft.AppliedIndex, h.Raft.CommitIndex, h.Raft.LastIndex, err, time.Since(start).Round(time.Millisecond))
+		}
+	}
+}
