@@ -716,7 +716,15 @@ func (s *Server) barrier(r *http.Request) *apiError {
 			}
 			i, err := s.fetchReadIndex(ctx, leader)
 			if err != nil {
-				return &apiError{Status: 503, Code: codeUnavailable, Message: "read index from leader: " + err.Error()}
+				// A leader that died or stepped down before this node
+				// noticed: a read applies nothing, so ask the next one,
+				// within the wait for a leader, as a write would.
+				select {
+				case <-ctx.Done():
+					return noLeader(fmt.Errorf("read index from leader: %w", err))
+				case <-time.After(20 * time.Millisecond):
+				}
+				continue
 			}
 			idx = i
 		}
@@ -728,6 +736,12 @@ func (s *Server) barrier(r *http.Request) *apiError {
 }
 
 func (s *Server) fetchReadIndex(ctx context.Context, leader string) (uint64, error) {
+	// A leader frozen or cut off keeps the connection open and answers
+	// nothing: give up on it once this node learns of another.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.cluster.LeaderView(), cancel)
+	defer stop()
 	req, _ := http.NewRequestWithContext(ctx, "GET", strings.TrimRight(leader, "/")+"/internal/v1/read-index", nil)
 	resp, err := s.fwd.client.Do(req)
 	if err != nil {

@@ -109,3 +109,34 @@ func TestClusterRestartAfterUncommittedTailServesReads(t *testing.T) {
 		}
 	}
 }
+
+// README, "What happens during a failover": "a request that needs the
+// leader waits up to --leader-wait (5 s) for one; then it fails with 503
+// {"code":"no_leader"}". A linearizable read needs the leader's read index,
+// and every OJS read takes one (ojs-queues.md 0.3).
+//
+// Right after the leader is SIGKILLed, before the followers notice, such a
+// read through a follower must wait for the new leader, not fail at once
+// because the dead leader's port refuses the connection.
+func TestClusterLinearizableReadWaitsOutLeaderFailover(t *testing.T) {
+	c := tc.Start(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	const queue = "lin-failover"
+	leader := c.Leader()
+	f := clusterFollowers(c, leader)[0]
+	res, err := f.Client().Push(ctx, []tc.PushItem{{Queue: queue, Payload: 1, TransactionID: "lin-1"}})
+	if err != nil || res[0].Status != "queued" {
+		t.Fatalf("push: %v %+v", err, res)
+	}
+	leader.Kill()
+	start := time.Now()
+	for _, path := range []string{"/api/v1/resources/queues/" + queue + "?consistency=linearizable", "/ojs/v1/queues/" + queue} {
+		r := rcDo(t, "GET", f.URL()+path, nil)
+		t.Logf("GET %s on %s %v after the leader's kill: %d", path, f.ID(), time.Since(start).Round(time.Millisecond), r.status)
+		if r.status != 200 {
+			t.Errorf("GET %s through %s right after the leader's SIGKILL: %d %s, want 200 once a new leader is elected "+
+				"(within --leader-wait)", path, f.ID(), r.status, r.body)
+		}
+	}
+}
