@@ -391,7 +391,13 @@ func (s *Server) fillWait(ctx context.Context, ms int64, deadline time.Time) {
 func (s *Server) attemptPop(w http.ResponseWriter, r *http.Request, c *fsm.Lease, encrypted bool, until time.Time,
 	handedOff func()) (delivered, done bool) {
 	if !s.cluster.IsLeader() {
-		return s.forwardPop(w, r, until, handedOff)
+		delivered, done, leaderNow := s.forwardPop(w, r, until, handedOff)
+		if !leaderNow {
+			return delivered, done
+		}
+		// Nothing was sent: this node became the leader meanwhile, and
+		// proposes here. Answering now would answer an empty queue, and a
+		// pop with wait=false has no later round.
 	}
 	if aerr := s.canOpen(c, encrypted); aerr != nil {
 		writeError(w, aerr)
@@ -404,9 +410,37 @@ func (s *Server) attemptPop(w http.ResponseWriter, r *http.Request, c *fsm.Lease
 	// Not commit: a pop refused here for want of leadership must not be
 	// relayed as the client sent it (wait=true would long-poll on the
 	// leader past this pop's deadline); forwardPop asks for one attempt.
-	res, ok, notLeader := s.proposeHere(w, r.WithContext(raftnode.WithEnqueued(r.Context(), handedOff)), cmd, nil, writeError)
+	rq := r.WithContext(raftnode.WithEnqueued(r.Context(), handedOff))
+	res, ok, notLeader := s.proposeHere(w, rq, cmd, nil, writeError)
+	if notLeader && s.cluster.IsLeader() {
+		// Refused while still the leader: a leadership transfer refuses
+		// every proposal until it ends. Claiming nothing would answer an
+		// empty queue (queen-api.md 3.5); wait for the transfer as a
+		// write does (commitPrepared), then lease here or on the new leader.
+		wait := time.Now().Add(s.cfg.LeaderWait)
+		if !until.IsZero() && until.Before(wait) {
+			wait = until
+		}
+		for notLeader && s.cluster.IsLeader() {
+			if !time.Now().Before(wait) {
+				if !until.IsZero() {
+					return false, false // the long-poll's deadline: it answers 204
+				}
+				writeError(w, &apiError{Status: http.StatusServiceUnavailable, Code: codeNoLeader,
+					Message: "Leadership is being transferred; nothing was leased, retry"})
+				return false, true
+			}
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-r.Context().Done():
+				return false, true // the client left: nothing was leased
+			}
+			res, ok, notLeader = s.proposeHere(w, rq, cmd, nil, writeError)
+		}
+	}
 	if notLeader {
-		return s.forwardPop(w, r, until, handedOff)
+		delivered, done, _ := s.forwardPop(w, r, until, handedOff)
+		return delivered, done
 	}
 	if !ok {
 		return false, true
@@ -481,7 +515,10 @@ func (s *Server) giveBack(ctx context.Context, lr *fsm.LeaseResult, aerr *apiErr
 // the leader's connections in their order, each written before the next
 // starts; the leader serves each connection on its own goroutine, so its
 // lines see them in that order nearly always, not always.
-func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, until time.Time, handedOff func()) (delivered, done bool) {
+//
+// leaderNow reports that nothing was sent because this node became the
+// leader while it waited for one: the caller proposes the pop itself.
+func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, until time.Time, handedOff func()) (delivered, done, leaderNow bool) {
 	lctx := r.Context()
 	if !until.IsZero() {
 		var cancel context.CancelFunc
@@ -505,13 +542,13 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, until time.T
 	}
 	if aerr != nil {
 		if timedOut(aerr) {
-			return false, false
+			return false, false, false
 		}
 		writeError(w, aerr)
-		return false, true
+		return false, true, false
 	}
 	if leader == "" {
-		return false, false // became leader; the next round proposes
+		return false, false, true
 	}
 	q := r.URL.Query()
 	q.Set("wait", "false")
@@ -526,14 +563,14 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, until time.T
 	}
 	resp, aerr := s.fwd.doRetryingUntil(httptrace.WithClientTrace(r.Context(), trace), until, r, nil, leader, uri)
 	if aerr == errBecameLeader {
-		return false, false // the next round proposes here
+		return false, false, true
 	}
 	if aerr != nil {
 		if timedOut(aerr) {
-			return false, false
+			return false, false, false
 		}
 		writeError(w, aerr)
-		return false, true
+		return false, true, false
 	}
 	defer resp.Body.Close()
 	// The pop was a write on the leader (a lease, a first contact): reads
@@ -541,13 +578,13 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, until time.T
 	// relayed write.
 	s.fwd.catchUp(r.Context(), resp)
 	if resp.StatusCode == http.StatusNoContent {
-		return false, false
+		return false, false, false
 	}
 	b, release, err := readAnswer(resp)
 	defer release()
 	if err != nil {
 		writeError(w, &apiError{Status: 503, Code: codeUnknown, Message: "lost the leader's pop answer: " + err.Error()})
-		return false, true
+		return false, true, false
 	}
 	for _, h := range relayedHeaders {
 		if v := resp.Header.Get(h); v != "" {
@@ -555,5 +592,5 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, until time.T
 		}
 	}
 	writeBody(w, resp.StatusCode, b)
-	return resp.StatusCode == http.StatusOK, resp.StatusCode != http.StatusOK
+	return resp.StatusCode == http.StatusOK, resp.StatusCode != http.StatusOK, false
 }

@@ -140,3 +140,71 @@ func TestClusterLinearizableReadWaitsOutLeaderFailover(t *testing.T) {
 		}
 	}
 }
+
+// queen-api.md 3.5: "a queued status means the message is committed ...;
+// it MUST be visible to any pop that starts after the push response was
+// sent (read-your-writes across nodes — the Go test suite pushes and
+// immediately pops with wait=false)". deployments.md: transfer-leadership
+// is what an operator does before stopping the leader.
+//
+// While leadership is being transferred, the leader refuses proposals; a
+// pop (wait=false) for a consumer group that has never seen the queue's
+// one message must still deliver it, or answer a retryable 503, on every
+// node: never 204, which tells the client the queue is empty.
+func TestClusterPopDuringLeadershipTransferIsNotEmpty(t *testing.T) {
+	c := tc.Start(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	const queue = "transfer-pop"
+	if _, err := c.Leader().Client().Push(ctx, []tc.PushItem{{Queue: queue, Payload: 1, TransactionID: "tp-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitConverged(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		empty []string
+		n     int
+	)
+	for round := range 3 {
+		leader := c.Leader()
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for w, node := range c.Nodes() {
+			for k := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						group := fmt.Sprintf("tp-r%d-w%d-%d-%d", round, w, k, i)
+						r := rcDo(t, "GET", node.URL()+"/api/v1/pop/queue/"+queue+"?wait=false&consumerGroup="+group, nil)
+						mu.Lock()
+						n++
+						if r.status == 204 {
+							empty = append(empty, fmt.Sprintf("round %d: pop via %s (leader %s) answered 204", round, node.ID(), leader.ID()))
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+		if _, err := leader.Client().Do(ctx, "POST", "/api/v1/cluster/transfer-leadership", map[string]any{}, nil); err != nil {
+			t.Fatalf("transfer: %v", err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		close(stop)
+		wg.Wait()
+	}
+	t.Logf("%d pops, %d answered 204", n, len(empty))
+	if len(empty) > 0 {
+		t.Errorf("%d of %d pops for new consumer groups of a queue holding a message answered 204 around a leadership transfer, e.g. %s",
+			len(empty), n, empty[0])
+	}
+}
