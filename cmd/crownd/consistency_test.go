@@ -48,13 +48,13 @@ func TestClusterRestartAfterUncommittedTailServesReads(t *testing.T) {
 	// its own log and waits for a quorum that does not come.
 	var wg sync.WaitGroup
 	pctx, pcancel := context.WithCancel(ctx)
-	for i := range 4 {
+	for i := range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			_, _ = leader.Client().Push(pctx, []tc.PushItem{{Queue: queue, Payload: i, TransactionID: fmt.Sprintf("lost-%d", i)}})
 		}()
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
 	time.Sleep(500 * time.Millisecond)
 	before, err := leader.Client().Health(ctx)
