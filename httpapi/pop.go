@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -155,6 +156,14 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 			writeError(w, aerr)
 			return
 		}
+		// And every write an earlier leader answered: a new leader
+		// applies those only once an entry of its own term commits, and
+		// a look before that would answer 204 over a message a push was
+		// told is queued (queen-api.md 3.5). Once a term.
+		if aerr := s.popCatchUp(ctx); aerr != nil {
+			writeError(w, aerr)
+			return
+		}
 	}
 	wt := s.waiters.join(c, arrival)
 	defer s.waiters.leave(wt)
@@ -276,6 +285,20 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request, p *popRequest, arri
 		}
 		park, wakeAt, parked, retried = true, check.WakeAt, true, false
 	}
+}
+
+// popCatchUp is catchUpTerm for a pop on the leader, within --leader-wait.
+// A node that lost leadership meanwhile goes on: its first round asks the
+// leader.
+func (s *Server) popCatchUp(ctx context.Context) *apiError {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.LeaderWait)
+	defer cancel()
+	err := s.catchUpTerm(ctx)
+	if err == nil || errors.Is(err, errSealNotLeader) {
+		return nil
+	}
+	return &apiError{Status: http.StatusServiceUnavailable, Code: codeUnavailable,
+		Message: "This node has just become the leader and is applying what earlier leaders committed; retry: " + err.Error()}
 }
 
 // answerEmpty answers a pop that delivered nothing.

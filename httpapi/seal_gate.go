@@ -24,8 +24,9 @@ import (
 //     that comes after waits for the configure's apply and then seals;
 //   - a configure an earlier leader appended that this one has not applied.
 //     The first push this node seals in each of its terms as leader first
-//     waits for a Raft barrier (caughtUp), after which every entry from
-//     before the term is applied.
+//     waits for a Raft barrier (caughtUp, catchUpTerm), after which every
+//     entry from before the term is applied. A leader's pops wait for the
+//     same barrier before their first look (pop.go).
 //
 // Configures that turn encryption on are rare; a push pays an uncontended
 // read lock. Locks: mu and viewMu are never held together, and neither
@@ -46,22 +47,36 @@ var errSealNotLeader = errors.New("not the leader")
 // encryption. It returns release, idempotent, to call once the push's
 // command is queued for the log or abandoned.
 func (s *Server) enterSeal(ctx context.Context) (release func(), err error) {
-	view := s.cluster.LeaderView()
-	s.seals.viewMu.Lock()
-	caught := s.seals.caughtUp == view
-	s.seals.viewMu.Unlock()
-	if !caught {
-		if err := s.cluster.Barrier(ctx); err != nil {
-			if errors.Is(err, raftnode.ErrNotLeader) {
-				return nil, errSealNotLeader
-			}
-			return nil, err
-		}
-		s.seals.viewMu.Lock()
-		s.seals.caughtUp = view
-		s.seals.viewMu.Unlock()
+	if err := s.catchUpTerm(ctx); err != nil {
+		return nil, err
 	}
 	s.seals.mu.RLock()
 	var once sync.Once
 	return func() { once.Do(s.seals.mu.RUnlock) }, nil
+}
+
+// catchUpTerm returns once this node, as leader, has applied every entry
+// from before its current term: the first caller of each term waits for a
+// Raft barrier, later ones find it done. A new leader applies the entries
+// an earlier leader committed (and answered) only once an entry of its own
+// term commits; until then its state may lack them. errSealNotLeader: this
+// node lost leadership meanwhile.
+func (s *Server) catchUpTerm(ctx context.Context) error {
+	view := s.cluster.LeaderView()
+	s.seals.viewMu.Lock()
+	caught := s.seals.caughtUp == view
+	s.seals.viewMu.Unlock()
+	if caught {
+		return nil
+	}
+	if err := s.cluster.Barrier(ctx); err != nil {
+		if errors.Is(err, raftnode.ErrNotLeader) {
+			return errSealNotLeader
+		}
+		return err
+	}
+	s.seals.viewMu.Lock()
+	s.seals.caughtUp = view
+	s.seals.viewMu.Unlock()
+	return nil
 }
