@@ -149,14 +149,8 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, o
 			if errors.Is(err, raftnode.ErrNotLeader) {
 				continue
 			}
-			switch {
-			case errors.Is(err, raftnode.ErrNoMember):
-				writeError(w, &apiError{Status: 404, Code: codeNotFound, Message: err.Error()})
-				return false
-			case err != nil:
-				// Membership changes and transfers fail when a peer is
-				// unreachable or still catching up: retryable, not a bug.
-				writeError(w, &apiError{Status: 503, Code: codeUnavailable, Message: err.Error()})
+			if err != nil {
+				writeError(w, membershipError(err))
 				return false
 			}
 			return true
@@ -171,6 +165,19 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, o
 		}
 		return false
 	}
+}
+
+// membershipError is the answer to a failed membership change or transfer.
+func membershipError(err error) *apiError {
+	switch {
+	case errors.Is(err, raftnode.ErrNoMember):
+		return &apiError{Status: 404, Code: codeNotFound, Message: err.Error()}
+	case errors.Is(err, raftnode.ErrUnknownOutcome):
+		return &apiError{Status: 503, Code: codeUnknown, Message: "Leadership changed while the change was committing; it may still take effect (a removal or addition commits once the new configuration's members are up): check the members, and repeat the request, which is safe, if it is still wanted. " + err.Error()}
+	}
+	// Membership changes and transfers fail when a peer is unreachable or
+	// still catching up: retryable, not a bug.
+	return &apiError{Status: 503, Code: codeUnavailable, Message: err.Error()}
 }
 
 // POST /internal/v1/join and POST /api/v1/cluster/members: add a voter and
@@ -232,7 +239,7 @@ func (s *Server) handleClusterRemove(w http.ResponseWriter, r *http.Request) {
 		// again within a second (KeepRegistered).
 		if err := s.cluster.RemoveServer(id, 10*time.Second); err != nil {
 			s.leaving.Store(false)
-			writeError(w, &apiError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: err.Error()})
+			writeError(w, membershipError(err))
 			return
 		}
 	}

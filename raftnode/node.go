@@ -724,8 +724,14 @@ var ErrNoMember = errors.New("no such member")
 
 func (n *Node) leaderOp(f raft.Future) error {
 	err := f.Error()
-	if errors.Is(err, raft.ErrNotLeader) {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader):
 		return ErrNotLeader
+	case errors.Is(err, raft.ErrLeadershipLost):
+		// The change is in the log and commits if a later leader keeps
+		// it (a removal while another member is down does, once it is
+		// back): the caller must not report that nothing happened.
+		return fmt.Errorf("%w: %v", ErrUnknownOutcome, err)
 	}
 	return err
 }
