@@ -221,7 +221,14 @@ func (s *Server) handleClusterRemove(w http.ResponseWriter, r *http.Request) {
 		if self = id == s.cfg.NodeID; self {
 			return nil // below: the registry first
 		}
-		return s.cluster.RemoveServer(id, 10*time.Second)
+		err := s.cluster.RemoveServer(id, 10*time.Second)
+		if errors.Is(err, raftnode.ErrNoMember) && s.inRegistry(id) {
+			// An earlier removal left the configuration but lost its
+			// leader before the registry write (unknown_outcome): this
+			// repeat finishes it rather than leave the entry for good.
+			return nil
+		}
+		return err
 	}) {
 		return
 	}
@@ -245,6 +252,20 @@ func (s *Server) handleClusterRemove(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("member removed", "id", id)
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "id": id})
+}
+
+// inRegistry reports whether the node registry holds id.
+func (s *Server) inRegistry(id string) bool {
+	nodes, err := s.state.Nodes()
+	if err != nil {
+		return false
+	}
+	for _, n := range nodes {
+		if n.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // POST /api/v1/cluster/transfer-leadership {"id": optional target}

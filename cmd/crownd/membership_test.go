@@ -55,3 +55,50 @@ func TestClusterRemoveThatLosesTheQuorumIsAnUnknownOutcome(t *testing.T) {
 	}
 	clusterWaitMembers(t, ctx, others, 2, removed.ID())
 }
+
+// TestClusterRemoveRepeatedAfterAnUnknownOutcomeFinishes: the removal above
+// left the Raft configuration when its change committed, but its node
+// registry write never happened. Repeating the request, as an unknown
+// outcome invites, finishes it: 200 and the registry no longer lists the
+// node, where it answered 404 and left the registry entry for good.
+func TestClusterRemoveRepeatedAfterAnUnknownOutcomeFinishes(t *testing.T) {
+	c := tc.Start(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, removed, down, err := removeWithoutQuorum(t, ctx, c)
+	if err == nil {
+		t.Fatalf("removing %s with %s down succeeded", removed.ID(), down.ID())
+	}
+	down.Restart()
+	var others []*tc.Node
+	for _, n := range c.Nodes() {
+		if n != removed {
+			others = append(others, n)
+		}
+	}
+	clusterWaitMembers(t, ctx, others, 2, removed.ID())
+	if err := others[0].Client().Retrying(20*time.Second).RemoveMember(ctx, removed.ID()); err != nil {
+		t.Fatalf("repeating the removal of %s: %v", removed.ID(), err)
+	}
+	for _, n := range others {
+		var st struct {
+			Nodes []struct {
+				ID string `json:"id"`
+			} `json:"nodes"`
+		}
+		if _, err := n.Client().Retrying(20*time.Second).Do(ctx, "GET", "/api/v1/system/shared-state?consistency=linearizable", nil, &st); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range st.Nodes {
+			if r.ID == removed.ID() {
+				t.Errorf("%s's node registry still lists the removed %s: %+v", n.ID(), removed.ID(), st.Nodes)
+			}
+		}
+	}
+	// Once both are done, the id is unknown: 404, as before.
+	err = others[1].Client().RemoveMember(ctx, removed.ID())
+	var he *tc.HTTPError
+	if !errors.As(err, &he) || he.Status != http.StatusNotFound {
+		t.Fatalf("removing %s a third time: %v, want 404", removed.ID(), err)
+	}
+}
