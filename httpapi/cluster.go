@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"runtime"
 	"time"
@@ -172,6 +173,8 @@ func membershipError(err error) *apiError {
 	switch {
 	case errors.Is(err, raftnode.ErrNoMember):
 		return &apiError{Status: 404, Code: codeNotFound, Message: err.Error()}
+	case errors.Is(err, raftnode.ErrConflict):
+		return &apiError{Status: http.StatusConflict, Code: codeConflict, Message: err.Error()}
 	case errors.Is(err, raftnode.ErrUnknownOutcome):
 		return &apiError{Status: 503, Code: codeUnknown, Message: "Leadership changed while the change was committing; it may still take effect (a removal or addition commits once the new configuration's members are up): check the members, and repeat the request, which is safe, if it is still wanted. " + err.Error()}
 	}
@@ -219,6 +222,15 @@ func (s *Server) handleClusterRemove(w http.ResponseWriter, r *http.Request) {
 	self := false
 	if !s.onLeader(w, r, nil, func() error {
 		if self = id == s.cfg.NodeID; self {
+			// Raft refuses to remove the last voter only after the
+			// registry write below would have taken this node out.
+			members, err := s.cluster.Members()
+			if err != nil {
+				return err
+			}
+			if len(raftnode.VotersBesides(members, id)) == 0 {
+				return fmt.Errorf("%w: %q is the last voter", raftnode.ErrConflict, id)
+			}
 			return nil // below: the registry first
 		}
 		err := s.cluster.RemoveServer(id, 10*time.Second)

@@ -36,6 +36,7 @@ const (
 	codeTooLarge      = "body_too_large"
 	codeLimit         = "limit_exceeded"
 	codeNotFound      = "not_found"
+	codeConflict      = "conflict"
 	codeNoLeader      = "no_leader"
 	codeUnknown       = "unknown_outcome"
 	codeUnavailable   = "unavailable"

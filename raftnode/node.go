@@ -674,6 +674,15 @@ func (n *Node) Members() ([]Member, error) {
 
 // AddVoter adds (or re-addresses) a voting member. Leader only.
 func (n *Node) AddVoter(id, addr string, timeout time.Duration) error {
+	members, err := n.Members()
+	if err != nil {
+		return err
+	}
+	for _, m := range members {
+		if m.Address == addr && m.ID != id {
+			return fmt.Errorf("%w: raft address %s is member %q's", ErrConflict, addr, m.ID)
+		}
+	}
 	return n.leaderOp(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout))
 }
 
@@ -704,12 +713,20 @@ func (n *Node) checkMember(id string) error {
 // TransferLeadership hands leadership to id, or to the most up-to-date
 // follower when id is empty. Leader only.
 func (n *Node) TransferLeadership(id string) error {
-	if id == "" {
-		return n.leaderOp(n.raft.LeadershipTransfer())
-	}
 	members, err := n.Members()
 	if err != nil {
 		return err
+	}
+	if n.IsLeader() {
+		if id == n.cfg.NodeID {
+			return fmt.Errorf("%w: %q is the leader already", ErrConflict, id)
+		}
+		if id == "" && len(VotersBesides(members, n.cfg.NodeID)) == 0 {
+			return fmt.Errorf("%w: no other voter to hand leadership to", ErrConflict)
+		}
+	}
+	if id == "" {
+		return n.leaderOp(n.raft.LeadershipTransfer())
 	}
 	for _, m := range members {
 		if m.ID == id {
@@ -721,6 +738,21 @@ func (n *Node) TransferLeadership(id string) error {
 
 // ErrNoMember reports a membership operation naming an unknown server.
 var ErrNoMember = errors.New("no such member")
+
+// ErrConflict reports a membership change or transfer the configuration
+// refuses however often it is repeated.
+var ErrConflict = errors.New("refused by the cluster configuration")
+
+// VotersBesides returns the voters of members other than id.
+func VotersBesides(members []Member, id string) []Member {
+	var out []Member
+	for _, m := range members {
+		if m.ID != id && m.Suffrage == raft.Voter.String() {
+			out = append(out, m)
+		}
+	}
+	return out
+}
 
 func (n *Node) leaderOp(f raft.Future) error {
 	err := f.Error()

@@ -102,3 +102,65 @@ func TestClusterRemoveRepeatedAfterAnUnknownOutcomeFinishes(t *testing.T) {
 		t.Fatalf("removing %s a third time: %v, want 404", removed.ID(), err)
 	}
 }
+
+// TestClusterMembershipRefusalsAre409: a change the Raft configuration
+// refuses whatever the timing (another member's Raft address, a transfer
+// to the leader itself or in a one-node cluster, removing the last voter)
+// answers 409 conflict, not 503, which says "retry" (README "Errors"), and
+// changes nothing: the last voter refused its own removal stays in the node
+// registry, where it had already been taken out.
+func TestClusterMembershipRefusalsAre409(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	want409 := func(what string, err error) {
+		t.Helper()
+		var he *tc.HTTPError
+		if !errors.As(err, &he) || he.Status != http.StatusConflict || he.Code != "conflict" {
+			t.Errorf("%s: %v, want 409 conflict", what, err)
+		}
+	}
+	one := tc.Start(t, 1)
+	n := one.Node(0)
+	cl := n.Client()
+	registered := func() bool {
+		var st struct {
+			Nodes []struct {
+				ID string `json:"id"`
+			} `json:"nodes"`
+		}
+		if _, err := cl.Do(ctx, "GET", "/api/v1/system/shared-state?consistency=linearizable", nil, &st); err != nil {
+			t.Fatal(err)
+		}
+		return len(st.Nodes) == 1 && st.Nodes[0].ID == n.ID()
+	}
+	for deadline := time.Now().Add(10 * time.Second); !registered(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never registered", n.ID())
+		}
+	}
+	want409("removing the last voter", cl.RemoveMember(ctx, n.ID()))
+	_, err := cl.Do(ctx, "POST", "/api/v1/cluster/transfer-leadership", map[string]any{}, nil)
+	want409("transfer in a one-node cluster", err)
+	if !registered() {
+		t.Errorf("%s is out of the node registry after its refused removal", n.ID())
+	}
+
+	three := tc.Start(t, 3)
+	leader, err := three.WaitLeader(20 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	follower := clusterFollowers(three, leader)[0]
+	// Through a follower, as an operator would: the leader's answer comes back.
+	fc := follower.Client()
+	want409("adding node9 at a member's Raft address", fc.AddMember(ctx, "node9", leader.RaftAddr(), "http://127.0.0.1:1"))
+	_, err = fc.Do(ctx, "POST", "/api/v1/cluster/transfer-leadership", map[string]any{"id": leader.ID()}, nil)
+	want409("transfer to the leader itself", err)
+	members, err := leader.Client().Members(ctx)
+	if err != nil || len(members) != 3 {
+		t.Fatalf("members after the refusals: %+v (%v), want the three", members, err)
+	}
+	if now, err := three.WaitLeader(20 * time.Second); err != nil || now != leader {
+		t.Errorf("leader after the refusals: %v (%v), want %s", now, err, leader.ID())
+	}
+}
