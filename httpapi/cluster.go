@@ -183,14 +183,36 @@ func membershipError(err error) *apiError {
 	return &apiError{Status: 503, Code: codeUnavailable, Message: err.Error()}
 }
 
-// POST /internal/v1/join and POST /api/v1/cluster/members: add a voter and
-// record its addresses in the node registry.
-func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
+// POST /internal/v1/join: a node started with --join adds itself.
+func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) { s.addMember(w, r, true) }
+
+// POST /api/v1/cluster/members: an operator adds a voter or moves one.
+func (s *Server) handleClusterAdd(w http.ResponseWriter, r *http.Request) { s.addMember(w, r, false) }
+
+// addMember adds a voter and records its addresses in the node registry.
+func (s *Server) addMember(w http.ResponseWriter, r *http.Request, join bool) {
 	body, m, ok := s.parseMember(w, r, true)
 	if !ok {
 		return
 	}
-	if !s.onLeader(w, r, body, func() error { return s.cluster.AddVoter(m.ID, m.RaftAddr, 10*time.Second) }) {
+	if !s.onLeader(w, r, body, func() error {
+		if join {
+			// Raft would move the member to the joining process's
+			// address: a second process given a live member's id
+			// would cut that member off without a word.
+			members, err := s.cluster.Members()
+			if err != nil {
+				return err
+			}
+			for _, x := range members {
+				if x.ID == m.ID && x.Address != m.RaftAddr {
+					return fmt.Errorf("%w: %q is a member at raft address %s; remove it first, or move it with POST /api/v1/cluster/members (crownctl cluster add)",
+						raftnode.ErrConflict, m.ID, x.Address)
+				}
+			}
+		}
+		return s.cluster.AddVoter(m.ID, m.RaftAddr, 10*time.Second)
+	}) {
 		return
 	}
 	if m.HTTPAddr != "" {
@@ -201,8 +223,6 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("member added", "id", m.ID, "raft_addr", m.RaftAddr, "http_addr", m.HTTPAddr)
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "id": m.ID, "raft_addr": m.RaftAddr, "http_addr": m.HTTPAddr})
 }
-
-func (s *Server) handleClusterAdd(w http.ResponseWriter, r *http.Request) { s.handleJoin(w, r) }
 
 // POST /internal/v1/register: record a member's HTTP address.
 func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {

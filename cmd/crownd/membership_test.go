@@ -164,3 +164,43 @@ func TestClusterMembershipRefusalsAre409(t *testing.T) {
 		t.Errorf("leader after the refusals: %v (%v), want %s", now, err, leader.ID())
 	}
 }
+
+// TestClusterJoinRefusesAMembersIDAtAnotherAddress: a process started with
+// --join and the id of a live member (a copied command line, a typo) asked
+// the cluster to move that member's Raft address to itself, and got it: the
+// real member was cut off from the log and the registry's address for it
+// flapped between the two. The join (POST /internal/v1/join, what --join
+// sends) now answers 409 and changes nothing; moving a member stays the
+// operator's explicit `crownctl cluster add`.
+func TestClusterJoinRefusesAMembersIDAtAnotherAddress(t *testing.T) {
+	c := tc.Start(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	leader, err := c.WaitLeader(20 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := clusterFollowers(c, leader)[0]
+	for _, via := range c.Nodes() {
+		_, err := via.Client().Do(ctx, "POST", "/internal/v1/join", map[string]string{
+			"id": victim.ID(), "raft_addr": "127.0.0.1:1", "http_addr": "http://127.0.0.1:1"}, nil)
+		var he *tc.HTTPError
+		if !errors.As(err, &he) || he.Status != http.StatusConflict || he.Code != "conflict" {
+			t.Errorf("join as %s through %s: %v, want 409 conflict", victim.ID(), via.ID(), err)
+		}
+	}
+	members, err := leader.Client().Members(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range members {
+		if m.ID == victim.ID() && m.RaftAddr != victim.RaftAddr() {
+			t.Errorf("%s's Raft address is now %s, want %s", m.ID, m.RaftAddr, victim.RaftAddr())
+		}
+	}
+	// Joining again as the member it is, at its own address, is harmless.
+	if _, err := victim.Client().Do(ctx, "POST", "/internal/v1/join", map[string]string{
+		"id": victim.ID(), "raft_addr": victim.RaftAddr(), "http_addr": victim.URL()}, nil); err != nil {
+		t.Errorf("join as itself: %v", err)
+	}
+}
