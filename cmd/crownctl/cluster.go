@@ -54,7 +54,12 @@ Example:
 			name: "remove", args: "ID", summary: "remove a node from the cluster",
 			help: `DELETE /api/v1/cluster/members/ID: the node leaves the Raft configuration
 and the node registry. Removing a member of a three-node cluster leaves two,
-which still need both to be up to commit. Stop the removed node afterwards.`,
+which still need both to be up to commit. Stop the removed node afterwards.
+
+So with one member down, remove that one, not another: removing a live
+member makes the new configuration need the down one, the leader steps
+down (503 unknown_outcome) and no leader is elected until it returns. The
+removal then completes; repeating the command is safe.`,
 			minArgs: 1, maxArgs: 1, run: clusterRemove,
 		},
 		{
