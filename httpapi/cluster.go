@@ -1,10 +1,14 @@
 package httpapi
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/crownmq/crown/fsm"
@@ -189,6 +193,33 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) { s.addMembe
 // POST /api/v1/cluster/members: an operator adds a voter or moves one.
 func (s *Server) handleClusterAdd(w http.ResponseWriter, r *http.Request) { s.addMember(w, r, false) }
 
+// answersAs reports whether a process other than the one at joiner answers
+// as node id at the HTTP address the registry holds for id.
+func (s *Server) answersAs(ctx context.Context, id, joiner string) bool {
+	u := s.nodeURL(id)
+	if u == "" || strings.TrimRight(u, "/") == strings.TrimRight(joiner, "/") {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", u+"/health", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := s.fwd.client.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var h struct {
+		NodeID string `json:"node_id"`
+	}
+	if json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&h) != nil {
+		return false
+	}
+	return h.NodeID == id
+}
+
 // addMember adds a voter and records its addresses in the node registry.
 func (s *Server) addMember(w http.ResponseWriter, r *http.Request, join bool) {
 	body, m, ok := s.parseMember(w, r, true)
@@ -198,15 +229,17 @@ func (s *Server) addMember(w http.ResponseWriter, r *http.Request, join bool) {
 	if !s.onLeader(w, r, body, func() error {
 		if join {
 			// Raft would move the member to the joining process's
-			// address: a second process given a live member's id
-			// would cut that member off without a word.
+			// address: a second process given a running member's id
+			// would cut that member off without a word. A member that
+			// does not answer (added at an address its process does not
+			// use) is still moved, as the joining process asks.
 			members, err := s.cluster.Members()
 			if err != nil {
 				return err
 			}
 			for _, x := range members {
-				if x.ID == m.ID && x.Address != m.RaftAddr {
-					return fmt.Errorf("%w: %q is a member at raft address %s; remove it first, or move it with POST /api/v1/cluster/members (crownctl cluster add)",
+				if x.ID == m.ID && x.Address != m.RaftAddr && s.answersAs(r.Context(), x.ID, m.HTTPAddr) {
+					return fmt.Errorf("%w: %q is a running member at raft address %s; remove it first, or move it with POST /api/v1/cluster/members (crownctl cluster add)",
 						raftnode.ErrConflict, m.ID, x.Address)
 				}
 			}

@@ -181,6 +181,8 @@ func TestClusterJoinRefusesAMembersIDAtAnotherAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	victim := clusterFollowers(c, leader)[0]
+	// Running members have registered their HTTP addresses.
+	clusterWaitMembers(t, ctx, c.Nodes(), 3, "")
 	for _, via := range c.Nodes() {
 		_, err := via.Client().Do(ctx, "POST", "/internal/v1/join", map[string]string{
 			"id": victim.ID(), "raft_addr": "127.0.0.1:1", "http_addr": "http://127.0.0.1:1"}, nil)
@@ -202,5 +204,43 @@ func TestClusterJoinRefusesAMembersIDAtAnotherAddress(t *testing.T) {
 	if _, err := victim.Client().Do(ctx, "POST", "/internal/v1/join", map[string]string{
 		"id": victim.ID(), "raft_addr": victim.RaftAddr(), "http_addr": victim.URL()}, nil); err != nil {
 		t.Errorf("join as itself: %v", err)
+	}
+}
+
+// TestClusterJoinMovesAMemberThatNeverRan: the refusal above is for a
+// member that runs. A member added by hand at an address its process does
+// not use (`crownctl cluster add` with a mistyped port) never answers, and
+// the process's own --join still moves it to the address it advertises, as
+// it always did.
+func TestClusterJoinMovesAMemberThatNeverRan(t *testing.T) {
+	c := tc.Start(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	leader, err := c.WaitLeader(20 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := leader.Client().Retrying(20 * time.Second)
+	// A port that answers nothing, and an HTTP address that answers nothing.
+	if err := cl.AddMember(ctx, "node9", "127.0.0.1:1", "http://127.0.0.1:1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Do(ctx, "POST", "/internal/v1/join", map[string]string{
+		"id": "node9", "raft_addr": "127.0.0.1:2", "http_addr": "http://127.0.0.1:2"}, nil); err != nil {
+		t.Fatalf("join as node9 at its own address: %v", err)
+	}
+	members, err := cl.Members(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := false
+	for _, m := range members {
+		moved = moved || (m.ID == "node9" && m.RaftAddr == "127.0.0.1:2")
+	}
+	if !moved {
+		t.Errorf("members after the join: %+v, want node9 at 127.0.0.1:2", members)
+	}
+	if err := cl.RemoveMember(ctx, "node9"); err != nil {
+		t.Fatal(err)
 	}
 }
