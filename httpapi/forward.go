@@ -431,7 +431,8 @@ func forwardLost(err error) *apiError {
 }
 
 // doRelay forwards over the leader's relay connection. ok is false, with
-// nothing sent, when the leader takes none: the caller forwards over HTTP.
+// nothing sent, when the leader takes none or the request does not fit in a
+// frame: the caller forwards over HTTP.
 // The request is the one do would send, and its errors mean the same.
 func (f *forwarder) doRelay(ctx context.Context, r *http.Request, body []byte, leader, uri string, hops int) (*http.Response, *apiError, bool) {
 	req := &relay.Request{Method: r.Method, Target: uri, Body: body, Fields: make([]relay.Field, 0, len(forwardedHeaders)+1)}
@@ -453,7 +454,11 @@ func (f *forwarder) doRelay(ctx context.Context, r *http.Request, body []byte, l
 	switch {
 	case err == nil:
 		return resp, nil, true
-	case errors.Is(err, relay.ErrUnsupported):
+	case errors.Is(err, relay.ErrUnsupported), errors.Is(err, relay.ErrEncode):
+		// A request the relay's frame cannot carry (a target or header
+		// over 64 KiB, which the HTTP server takes up to 1 MiB) was not
+		// sent: over HTTP it reaches the leader as the client sent it,
+		// rather than failing as if the leader were unreachable.
 		return nil, nil, false
 	case errors.As(err, &notSent), errors.Is(err, errLeaderChangedUnsent):
 		return nil, notReached(err), true
