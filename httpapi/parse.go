@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -59,6 +60,9 @@ func checkBody(b []byte, err error, limit int64) *apiError {
 	case int64(len(b)) > limit:
 		return &apiError{Status: http.StatusRequestEntityTooLarge, Code: codeTooLarge,
 			Message: fmt.Sprintf("Request body exceeds the limit of %d bytes", limit)}
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return &apiError{Status: http.StatusRequestTimeout, Code: codeBodyTimeout,
+			Message: fmt.Sprintf("Request body not received in time: %v", err)}
 	case err != nil:
 		return badRequest(codeInvalidJSON, "", "Invalid JSON: reading body: %v", err)
 	case len(bytes.TrimSpace(b)) == 0:

@@ -34,6 +34,7 @@ const (
 	codeInvalidField  = "invalid_field"
 	codeMissingField  = "missing_field"
 	codeTooLarge      = "body_too_large"
+	codeBodyTimeout   = "body_timeout"
 	codeLimit         = "limit_exceeded"
 	codeNotFound      = "not_found"
 	codeConflict      = "conflict"
