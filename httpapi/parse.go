@@ -72,20 +72,28 @@ func checkBody(b []byte, err error, limit int64) *apiError {
 }
 
 // readPooled reads rd to its end, or to max bytes, into a pooled buffer
-// sized from the announced length when there is one. The bytes are valid
-// until release is called.
+// that doubles as the bytes arrive, up to the announced length when there
+// is one. The bytes are valid until release is called.
+//
+// The announced length only caps the growth: a client's Content-Length
+// costs nothing until the bytes come, so a request that announces 16 MiB
+// and sends nothing does not hold 16 MiB (and the garbage collector's goal
+// does not grow by it while the body is awaited).
 func readPooled(rd io.Reader, announced, max int64) (b []byte, release func(), err error) {
 	buf := bufpool.Get()
 	release = func() { bufpool.Put(buf) }
 	b = *buf
-	if announced > 0 && announced < max && int(announced) >= cap(b) {
-		// One byte more than announced, so the read that finds the end
-		// needs no larger buffer.
-		b = make([]byte, 0, announced+1)
-	}
 	for int64(len(b)) < max {
 		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
+			n := 2*int64(cap(b)) + 1
+			if int64(len(b)) <= announced && announced < max {
+				// One byte more than announced, so the read that finds
+				// the end needs no larger buffer.
+				n = min(n, announced+1)
+			}
+			nb := make([]byte, len(b), min(n, max))
+			copy(nb, b)
+			b = nb
 		}
 		room := b[len(b):cap(b)]
 		if int64(len(room)) > max-int64(len(b)) {

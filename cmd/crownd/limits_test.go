@@ -3,8 +3,15 @@ package main_test
 // Limits and resource use against real crownd processes (README, Limits).
 
 import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	tc "github.com/crownmq/crown/cmd/internal/testcluster"
 )
@@ -38,5 +45,58 @@ func TestFollowerRelaysWhatTheLeaderServes(t *testing.T) {
 	pause := rcDo(t, "POST", F+"/ojs/v1/queues/"+queue+"/pause?pad="+pad, "{}")
 	if pause.status != 200 {
 		t.Fatalf("OJS pause with a 100 KiB query through a follower: %d %s", pause.status, pause.body)
+	}
+}
+
+// heapAlloc reads a node's go_memstats_heap_alloc_bytes.
+func heapAlloc(t *testing.T, n *tc.Node) float64 {
+	t.Helper()
+	resp, err := http.Get(n.URL() + "/metrics/prometheus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_alloc_bytes "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no go_memstats_heap_alloc_bytes in %s's metrics (%v)", n.ID(), sc.Err())
+	return 0
+}
+
+// TestAnnouncedBodyCostsNothingUntilSent: the memory a request body holds
+// follows the bytes the client sent, not the Content-Length it announced.
+// Fifty connections announcing 16 MiB pushes and sending a few bytes held
+// 800 MiB of heap for as long as they stayed open, and a heap that large
+// also raises the collector's goal, so the node's other garbage piled up
+// meanwhile.
+func TestAnnouncedBodyCostsNothingUntilSent(t *testing.T) {
+	c := tc.Start(t, 1)
+	n := c.Leader()
+	before := heapAlloc(t, n)
+	const conns, announced = 50, 16_000_000
+	for i := range conns {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(n.URL(), "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		head := fmt.Sprintf("POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", announced)
+		if _, err := io.WriteString(conn, head+`{"items":[`); err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+	}
+	time.Sleep(time.Second) // the handlers are reading the bodies
+	after := heapAlloc(t, n)
+	if grown := after - before; grown > 64<<20 {
+		t.Fatalf("%d requests that announced %d-byte bodies and sent 10 bytes each grew the heap by %.0f MiB (%.0f -> %.0f MiB)",
+			conns, announced, grown/(1<<20), before/(1<<20), after/(1<<20))
 	}
 }
