@@ -11,7 +11,14 @@ import (
 // in all. A batch is acknowledged within its lease, so this covers every
 // consumer of a busy node many times over; an older batch's acks are looked
 // up in the index as before.
-const deliveredMax = 1024
+//
+// deliveredMaxBytes bounds what they hold: a batch may be 10,000 messages
+// with 255-byte ids, 2.7 MB, and a thousand groups popping such batches
+// held 2.7 GB on the leader. A batch over it is not remembered.
+const (
+	deliveredMax      = 1024
+	deliveredMaxBytes = 32 << 20
+)
 
 // delivered remembers where the messages of the pops this node proposed are
 // stored, so that their acknowledgments, proposed here too, carry the
@@ -27,10 +34,11 @@ const deliveredMax = 1024
 type delivered struct {
 	mu      sync.Mutex
 	batches map[deliveryKey]*deliveredBatch
-	// ring holds the keys in insertion order; the oldest is forgotten when
-	// the memory is full.
-	ring []deliveryKey
-	next int
+	// ring holds the keys in insertion order, the n of them from head on;
+	// the oldest are forgotten when the memory is full.
+	ring    []deliveryKey
+	head, n int
+	bytes   int // what the remembered batches hold
 }
 
 type deliveryKey struct{ lease, partition [16]byte }
@@ -44,8 +52,11 @@ type deliveredBatch struct {
 	offsets []uint64
 }
 
+// size is about what b holds in memory.
+func (b *deliveredBatch) size() int { return 128 + len(b.ids) + 4*len(b.ends) + 8*len(b.offsets) }
+
 func newDelivered() *delivered {
-	return &delivered{batches: make(map[deliveryKey]*deliveredBatch, deliveredMax), ring: make([]deliveryKey, 0, deliveredMax)}
+	return &delivered{batches: make(map[deliveryKey]*deliveredBatch, deliveredMax), ring: make([]deliveryKey, deliveredMax)}
 }
 
 // remember records what a pop this node proposed delivered. A pop without
@@ -77,18 +88,36 @@ func (d *delivered) remember(lr *fsm.LeaseResult) {
 func (d *delivered) put(k deliveryKey, b *deliveredBatch) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, ok := d.batches[k]; ok {
-		d.batches[k] = b // a lease names a partition once; keep the newer anyway
+	size := b.size()
+	if size > deliveredMaxBytes {
+		return // its acks look the messages up in the index
+	}
+	if old, ok := d.batches[k]; ok {
+		// A lease names a partition once; keep the newer anyway.
+		d.bytes += size - old.size()
+		d.batches[k] = b
+		for d.bytes > deliveredMaxBytes {
+			d.forgetOldest()
+		}
 		return
 	}
-	if len(d.ring) < deliveredMax {
-		d.ring = append(d.ring, k)
-	} else {
-		delete(d.batches, d.ring[d.next])
-		d.ring[d.next] = k
-		d.next = (d.next + 1) % deliveredMax
+	for d.n == len(d.ring) || d.bytes+size > deliveredMaxBytes {
+		d.forgetOldest()
 	}
+	d.ring[(d.head+d.n)%len(d.ring)] = k
+	d.n++
 	d.batches[k] = b
+	d.bytes += size
+}
+
+func (d *delivered) forgetOldest() {
+	k := d.ring[d.head]
+	if b, ok := d.batches[k]; ok {
+		d.bytes -= b.size()
+		delete(d.batches, k)
+	}
+	d.head = (d.head + 1) % len(d.ring)
+	d.n--
 }
 
 // stamp writes into each item that names a remembered delivery (its lease

@@ -72,3 +72,80 @@ func TestDeliveredForgetsTheOldest(t *testing.T) {
 		}
 	}
 }
+
+// What the memory holds is bounded in bytes too: batches of 10,000
+// messages with 255-byte ids (2.7 MB each) from a thousand consumer
+// groups held 2.7 GB. The oldest go first, and a batch larger than the
+// whole bound is not remembered.
+func TestDeliveredBoundsItsBytes(t *testing.T) {
+	d := newDelivered()
+	ids := make([]string, 10000)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%06d%0249d", i, 0)
+	}
+	const pops = 100
+	for g := range pops {
+		lr := deliveredPop(0, 1, 1, ids...)
+		lr.LeaseID = [16]byte{byte(g), 2}
+		d.remember(lr)
+	}
+	held := 0
+	for _, b := range d.batches {
+		held += len(b.ids) + 4*len(b.ends) + 8*len(b.offsets)
+	}
+	if held > deliveredMaxBytes {
+		t.Fatalf("%d batches of 10,000 messages with 255-byte ids hold %d MB; the bound is %d MB",
+			len(d.batches), held>>20, deliveredMaxBytes>>20)
+	}
+	last := ackItem(pops-1, 1, ids[5])
+	last.LeaseID = [16]byte{pops - 1, 2}
+	first := ackItem(0, 1, ids[5])
+	first.LeaseID = [16]byte{0, 2}
+	items := []fsm.AckItem{last, first}
+	d.stamp(items)
+	if items[0].At != 6 || items[1].At != 0 {
+		t.Errorf("newest batch's ack stamped at %d (want 6), oldest's at %d (want 0: forgotten)", items[0].At, items[1].At)
+	}
+
+	huge := make([]string, deliveredMaxBytes/255+1)
+	for i := range huge {
+		huge[i] = fmt.Sprintf("%0255d", i)
+	}
+	lr := deliveredPop(9, 9, 1, huge...)
+	d.remember(lr)
+	if _, ok := d.batches[deliveryKey{lr.LeaseID, lr.Partitions[0].PartitionID}]; ok {
+		t.Errorf("a batch over the whole bound was remembered")
+	}
+}
+
+// The count of bytes held stays that of the batches remembered, through
+// evictions by count and by size and a batch replaced under its key.
+func TestDeliveredCountsItsBytes(t *testing.T) {
+	d := newDelivered()
+	check := func(when string) {
+		t.Helper()
+		sum := 0
+		for _, b := range d.batches {
+			sum += b.size()
+		}
+		if sum != d.bytes || len(d.batches) != d.n || d.bytes > deliveredMaxBytes {
+			t.Fatalf("%s: counted %d bytes in %d keys; the batches hold %d in %d", when, d.bytes, d.n, sum, len(d.batches))
+		}
+	}
+	for i := range deliveredMax + 10 {
+		lr := deliveredPop(0, 1, 1, fmt.Sprintf("m%d", i))
+		lr.LeaseID = [16]byte{byte(i), byte(i >> 8), 3}
+		d.remember(lr)
+	}
+	check("evicted by count")
+	big := make([]string, 40000)
+	for i := range big {
+		big[i] = fmt.Sprintf("%0200d", i)
+	}
+	for g := range 10 {
+		lr := deliveredPop(byte(g), 2, 1, big...)
+		d.remember(lr)
+		d.remember(lr) // the same key again
+	}
+	check("evicted by size")
+}
