@@ -327,3 +327,24 @@ func TestDocsFlagsExistWithTheirDefaults(t *testing.T) {
 	}
 	t.Logf("%d flag mentions and %d stated defaults checked", flagsSeen, defaultsSeen)
 }
+
+// TestDocsClusterStopGrace: docs/deployments.md states how long
+// scripts/cluster.sh stop waits after SIGTERM before SIGKILL; an operator
+// sizing a maintenance window reads it there, so it must be what the script
+// does (its --help says it too).
+func TestDocsClusterStopGrace(t *testing.T) {
+	root := docsRoot(t)
+	help := docsHelp(t, "bash", filepath.Join(root, "scripts", "cluster.sh"), "--help")
+	m := regexp.MustCompile(`SIGKILL after (\d+) s`).FindStringSubmatch(help)
+	if m == nil {
+		t.Fatalf("scripts/cluster.sh --help no longer says when stop sends SIGKILL:\n%s", help)
+	}
+	docs := docsFiles(t)["docs/deployments.md"]
+	d := regexp.MustCompile(`cluster\.sh stop .*SIGKILL if still running after (\d+) s`).FindStringSubmatch(docs)
+	if d == nil {
+		t.Fatal("docs/deployments.md no longer says when scripts/cluster.sh stop sends SIGKILL")
+	}
+	if d[1] != m[1] {
+		t.Errorf("docs/deployments.md says cluster.sh stop sends SIGKILL after %s s; the script waits %s s", d[1], m[1])
+	}
+}
