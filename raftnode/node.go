@@ -743,6 +743,16 @@ var ErrNoMember = errors.New("no such member")
 // refuses however often it is repeated.
 var ErrConflict = errors.New("refused by the cluster configuration")
 
+// IsVoter reports whether members lists id as a voter.
+func IsVoter(members []Member, id string) bool {
+	for _, m := range members {
+		if m.ID == id && m.Suffrage == raft.Voter.String() {
+			return true
+		}
+	}
+	return false
+}
+
 // VotersBesides returns the voters of members other than id.
 func VotersBesides(members []Member, id string) []Member {
 	var out []Member

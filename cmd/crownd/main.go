@@ -536,12 +536,23 @@ func runNode(c *config, log *slog.Logger) error {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if c.Join != "" && len(mustMembers(node)) == 0 {
-		go func() {
-			if err := api.Join(ctx, c.Join); err != nil {
-				log.Error("join failed", "error", err)
-			}
-		}()
+	if c.Join != "" {
+		switch members := mustMembers(node); {
+		case len(members) == 0:
+			go func() {
+				if err := api.Join(ctx, c.Join); err != nil {
+					log.Error("join failed", "error", err)
+				}
+			}()
+		case !raftnode.IsVoter(members, c.NodeID):
+			// Its own log says it was removed. Joining again by itself
+			// would undo an operator's removal whenever a supervisor
+			// restarts the process, so it says what to do instead of
+			// waiting in silence for a leader that never calls.
+			log.Warn("this node is not a voter in the cluster configuration its data holds (it was removed): --join does not add it back; "+
+				"add it with crownctl cluster add, or start it on an empty data directory with --join",
+				"node_id", c.NodeID, "join", c.Join)
+		}
 	}
 	go api.KeepRegistered(ctx)
 	mcfg := c.Maintenance

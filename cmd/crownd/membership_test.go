@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -242,5 +243,61 @@ func TestClusterJoinMovesAMemberThatNeverRan(t *testing.T) {
 	}
 	if err := cl.RemoveMember(ctx, "node9"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// docs/deployments.md: "A removed node restarted on its old data does not
+// add itself back, --join or not ... and, started with --join, logs a
+// warning saying so". It used to wait in silence for a leader that never
+// calls.
+func TestClusterRemovedNodeRestartedWithJoinSaysItIsOutside(t *testing.T) {
+	c := tc.Start(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	three := c.Nodes()
+	n4 := c.AddNode(t)
+	clusterWaitMembers(t, ctx, append(three, n4), 4, "")
+	if err := three[0].Client().Retrying(20*time.Second).RemoveMember(ctx, n4.ID()); err != nil {
+		t.Fatalf("remove %s: %v", n4.ID(), err)
+	}
+	clusterWaitMembers(t, ctx, three, 3, n4.ID())
+	// The removed node learns of its removal before it is stopped.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		members, err := n4.Client().Members(ctx)
+		inside := err != nil
+		for _, m := range members {
+			inside = inside || m.ID == n4.ID()
+		}
+		if !inside {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still lists itself 20 s after its removal: %+v (%v)", n4.ID(), members, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := n4.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	n4.Restart() // the same command line, --join included
+	const warning = "this node is not a voter in the cluster configuration its data holds"
+	for deadline = time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		log, err := n4.CurrentLog()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(log, warning) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s restarted after its removal logged no warning within 10 s:\n%s", n4.ID(), log)
+		}
+	}
+	// And it stays out: the others still list three voters.
+	time.Sleep(2 * time.Second)
+	clusterWaitMembers(t, ctx, three, 3, n4.ID())
+	if err := n4.Stop(); err != nil {
+		t.Error(err)
 	}
 }
