@@ -216,6 +216,9 @@ func writeLegacyNote(legacy string) error {
 
 // openLogStore opens a raft-boltdb log and stable store file.
 func openLogStore(path string) (*raftboltdb.BoltStore, error) {
+	if err := segments.CheckBoltLength(path); err != nil {
+		return nil, fmt.Errorf("open raft log store: %w", err)
+	}
 	s, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: logStoreBoltOptions()})
 	if err != nil {
 		return nil, fmt.Errorf("open raft log store %s: %w", path, err)

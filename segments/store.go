@@ -116,6 +116,9 @@ func Open(path string, o StoreOptions) (*Store, error) {
 // openWithMigrationBatch is Open, rebuilding a schema 2 transaction-id index
 // batch entries per transaction (tests make it small).
 func openWithMigrationBatch(path string, o StoreOptions, batch int) (*Store, error) {
+	if err := CheckBoltLength(path); err != nil {
+		return nil, fmt.Errorf("open state database: %w", err)
+	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:         5 * time.Second,
 		NoSync:          o.NoSync,

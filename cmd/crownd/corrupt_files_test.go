@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	tc "github.com/crownmq/crown/cmd/internal/testcluster"
+)
+
+// runToExit runs crownd with node's command line until it exits (it must
+// within 30 s) and returns its exit code and output.
+func runToExit(t *testing.T, node *tc.Node) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, tc.Binary(t), node.Args()...)
+	cmd.Env = tc.ChildEnv()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("crownd still running after 30 s on a broken data directory:\n%s", out.String())
+	}
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, out.String()
+}
+
+// A bbolt file cut short (a copy that ran out of space, a restored backup
+// missing its tail) stops crownd with an error naming the file. bbolt maps
+// the file and, on open, walks every page its meta page counts: the state
+// file killed the process with SIGBUS and the Raft log with a panic on one
+// of bbolt's goroutines. The state file is derived data: removed, it is
+// rebuilt from the snapshot and the log with every message.
+func TestTruncatedBoltFilesStopCrowndNamingThem(t *testing.T) {
+	c := tc.Start(t, 1)
+	node := c.Node(0)
+	ctx := context.Background()
+	var items []tc.PushItem
+	for i := range 40 {
+		items = append(items, tc.PushItem{Queue: "cut", Partition: fmt.Sprintf("p%d", i%4), Payload: map[string]int{"n": i}})
+	}
+	if _, err := node.Client().Push(ctx, items); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, f := range []string{filepath.Join("state", "fsm.db"), filepath.Join("raft", "log.db")} {
+		path := filepath.Join(node.DataDir(), f)
+		whole, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(path, 8192); err != nil {
+			t.Fatal(err)
+		}
+		code, out := runToExit(t, node)
+		if code == 0 || !strings.Contains(out, path) || !strings.Contains(out, "truncated") ||
+			strings.Contains(out, "goroutine ") {
+			t.Fatalf("crownd on a truncated %s exited %d with:\n%s", f, code, out)
+		}
+		if err := os.WriteFile(path, whole, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The procedure the README gives for a state file that does not open.
+	if err := os.Truncate(filepath.Join(node.DataDir(), "state", "fsm.db"), 8192); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(node.DataDir(), "state")); err != nil {
+		t.Fatal(err)
+	}
+	node.Restart()
+	if _, err := c.WaitLeader(tc.LeaderTimeout); err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for range 4 {
+		msgs, err := node.Client().Pop(ctx, "cut", tc.PopParams{Batch: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += len(msgs)
+	}
+	if got != len(items) {
+		t.Fatalf("rebuilt state serves %d of %d messages", got, len(items))
+	}
+}
