@@ -234,6 +234,9 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	if err != nil {
 		return fail(fmt.Errorf("open snapshot store: %w", err))
 	}
+	if err := checkLogStart(logs, snaps, logPath); err != nil {
+		return fail(err)
+	}
 	if err := restoreIfBehind(log, f, snaps, logs); err != nil {
 		return fail(err)
 	}
@@ -345,6 +348,35 @@ func restoreIfBehind(log *slog.Logger, f *fsm.FSM, snaps raft.SnapshotStore, log
 	log.Info("state machine behind newest snapshot; restoring", "applied_index", f.AppliedIndex(), "snapshot_index", meta.Index)
 	if err := f.Restore(rc); err != nil {
 		return fmt.Errorf("restore snapshot %s: %w", meta.ID, err)
+	}
+	return nil
+}
+
+// checkLogStart fails when the log starts after the entry that follows the
+// newest snapshot the store can read: Raft rebuilds its configuration from
+// that snapshot and the log entries after it, and panicked ("log not
+// found") on the first entry the compaction had removed. The file store
+// skips a snapshot whose meta.json does not read (a warning in the log),
+// so a damaged or deleted snapshot leaves the log without its start.
+func checkLogStart(logs raft.LogStore, snaps *linkingStore, logPath string) error {
+	first, err := logs.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("raft log %s: first index: %w", logPath, err)
+	}
+	if first <= 1 {
+		return nil
+	}
+	list, err := snaps.List()
+	if err != nil {
+		return fmt.Errorf("list snapshots in %s: %w", snaps.dir, err)
+	}
+	var covered uint64
+	if len(list) > 0 {
+		covered = list[0].Index
+	}
+	if covered+1 < first {
+		return fmt.Errorf("raft log %s starts at index %d, but the newest readable snapshot in %s ends at %d: "+
+			"the snapshot the log was compacted behind is missing or unreadable", logPath, first, snaps.dir, covered)
 	}
 	return nil
 }

@@ -100,3 +100,49 @@ func TestTruncatedBoltFilesStopCrowndNamingThem(t *testing.T) {
 		t.Fatalf("rebuilt state serves %d of %d messages", got, len(items))
 	}
 }
+
+// A snapshot whose meta.json does not read is skipped by Raft's file store;
+// the log was compacted behind it, so Raft found no entry after the
+// snapshot it could read and panicked ("log not found") inside NewRaft.
+// crownd now stops with an error naming the log and the snapshot directory.
+func TestUnreadableSnapshotBehindACompactedLogStopsCrownd(t *testing.T) {
+	c := tc.Start(t, 1, tc.WithArgs("--raft-snapshot-log-bytes", "4096", "--raft-trailing-logs", "4"))
+	node := c.Node(0)
+	ctx := context.Background()
+	snapDir := filepath.Join(node.DataDir(), "raft", "snapshots")
+	metas := func() []string {
+		m, err := filepath.Glob(filepath.Join(snapDir, "*", "meta.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	for b := 0; len(metas()) == 0 || b < 12; b++ {
+		if b > 60 {
+			t.Fatal("no snapshot taken")
+		}
+		var items []tc.PushItem
+		for i := range 10 {
+			items = append(items, tc.PushItem{Queue: "snap", Partition: fmt.Sprintf("p%d", i%3), Payload: map[string]any{"pad": strings.Repeat("x", 100)}})
+		}
+		if _, err := node.Client().Push(ctx, items); err != nil {
+			t.Fatal(err)
+		}
+		if b%4 == 0 {
+			time.Sleep(1100 * time.Millisecond) // the log-bytes trigger is checked every second
+		}
+	}
+	if err := node.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range metas() {
+		if err := os.WriteFile(m, []byte(`{"Version":1,`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out := runToExit(t, node)
+	if code == 0 || !strings.Contains(out, snapDir) || !strings.Contains(out, "unreadable") ||
+		strings.Contains(out, "goroutine ") {
+		t.Fatalf("crownd with its snapshots unreadable exited %d with:\n%s", code, out)
+	}
+}
