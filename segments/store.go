@@ -327,7 +327,7 @@ func openBlobFile(path string, size int64) (*os.File, error) {
 	}
 	st, err := f.Stat()
 	if err == nil && st.Size() < size {
-		err = fmt.Errorf("%d bytes on disk, %d committed: %w", st.Size(), size, ErrCorrupt)
+		err = fmt.Errorf("%s: %d bytes on disk, %d committed: %w", path, st.Size(), size, ErrCorrupt)
 	}
 	if err == nil && st.Size() > size {
 		if shared(st) {

@@ -37,13 +37,14 @@ func runToExit(t *testing.T, node *tc.Node) (int, string) {
 	return code, out.String()
 }
 
-// A bbolt file cut short (a copy that ran out of space, a restored backup
-// missing its tail) stops crownd with an error naming the file. bbolt maps
+// A bbolt file or segment file cut short (a copy that ran out of space, a
+// restored backup missing its tail) stops crownd with an error naming the
+// file; the segment file's error named only its number. bbolt maps
 // the file and, on open, walks every page its meta page counts: the state
 // file killed the process with SIGBUS and the Raft log with a panic on one
 // of bbolt's goroutines. The state file is derived data: removed, it is
 // rebuilt from the snapshot and the log with every message.
-func TestTruncatedBoltFilesStopCrowndNamingThem(t *testing.T) {
+func TestTruncatedFilesStopCrowndNamingThem(t *testing.T) {
 	c := tc.Start(t, 1)
 	node := c.Node(0)
 	ctx := context.Background()
@@ -58,17 +59,25 @@ func TestTruncatedBoltFilesStopCrowndNamingThem(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for _, f := range []string{filepath.Join("state", "fsm.db"), filepath.Join("raft", "log.db")} {
+	for _, cut := range []struct {
+		file, says string
+		size       int64
+	}{
+		{filepath.Join("state", "fsm.db"), "truncated", 8192},
+		{filepath.Join("raft", "log.db"), "truncated", 8192},
+		{filepath.Join("state", "fsm.db.blobs-1", "0000000000000001.seg"), "committed", 10},
+	} {
+		f := cut.file
 		path := filepath.Join(node.DataDir(), f)
 		whole, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Truncate(path, 8192); err != nil {
+		if err := os.Truncate(path, cut.size); err != nil {
 			t.Fatal(err)
 		}
 		code, out := runToExit(t, node)
-		if code == 0 || !strings.Contains(out, path) || !strings.Contains(out, "truncated") ||
+		if code == 0 || !strings.Contains(out, path) || !strings.Contains(out, cut.says) ||
 			strings.Contains(out, "goroutine ") {
 			t.Fatalf("crownd on a truncated %s exited %d with:\n%s", f, code, out)
 		}
