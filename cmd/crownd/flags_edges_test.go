@@ -8,8 +8,10 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func noEnv(string) string { return "" }
@@ -200,6 +202,43 @@ func TestOJSLimitFlags(t *testing.T) {
 		_, err := parseConfig(append(append([]string(nil), base...), bad...), noEnv, &bytes.Buffer{}, &bytes.Buffer{})
 		if err == nil || errors.Is(err, flag.ErrHelp) || !strings.Contains(err.Error(), bad[0]) {
 			t.Errorf("crownd %v: %v; want an error naming %s (exit 2)", bad, err, bad[0])
+		}
+	}
+}
+
+// RETENTION_INTERVAL in milliseconds too large for a time.Duration wrapped:
+// 10000000000000 became a negative interval, which the maintenance timers
+// replaced by their default of 5 s without a word, and 18446744073710 an
+// interval of 448 µs. What parseMillis accepts is the duration it was given.
+func FuzzParseMillis(f *testing.F) {
+	for _, s := range []string{"200", "5s", "0", "-1", "1h30m", "10000000000000", "18446744073710", "9223372036854775807", "9223372036854"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		d, err := parseMillis(v)
+		if err != nil {
+			return
+		}
+		if d <= 0 {
+			t.Fatalf("parseMillis(%q) = %v, want a positive duration or an error", v, d)
+		}
+		if ms, perr := strconv.ParseInt(v, 10, 64); perr == nil && (d%time.Millisecond != 0 || int64(d/time.Millisecond) != ms) {
+			t.Fatalf("parseMillis(%q) = %v, not %d ms", v, d, ms)
+		}
+	})
+}
+
+func TestRetentionIntervalTooLongRefused(t *testing.T) {
+	base := []string{"--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:7632"}
+	for _, v := range []string{"10000000000000", "18446744073710"} {
+		env := func(k string) string {
+			if k == "RETENTION_INTERVAL" {
+				return v
+			}
+			return ""
+		}
+		if _, err := parseConfig(base, env, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "RETENTION_INTERVAL") {
+			t.Errorf("RETENTION_INTERVAL=%s: %v; want an error naming it", v, err)
 		}
 	}
 }

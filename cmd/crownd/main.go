@@ -315,6 +315,11 @@ func (c *config) checkRanges() error {
 // or as a Go duration ("5s").
 func parseMillis(v string) (time.Duration, error) {
 	if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > 0 {
+		// Past this the product wraps: 10000000000000 became a negative
+		// interval, silently replaced by the default 5 s.
+		if ms > math.MaxInt64/int64(time.Millisecond) {
+			return 0, fmt.Errorf("%d milliseconds is longer than the longest duration, %v", ms, time.Duration(math.MaxInt64))
+		}
 		return time.Duration(ms) * time.Millisecond, nil
 	}
 	d, err := time.ParseDuration(v)
