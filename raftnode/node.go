@@ -298,7 +298,7 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 			log.Info("bootstrapped cluster", "voters", len(servers))
 		}
 	}
-	r, err := raft.NewRaft(rc, n.counted, logs, store, snaps, transport)
+	r, err := newRaft(logPath, rc, n.counted, logs, store, snaps, transport)
 	if err != nil {
 		return fail(fmt.Errorf("start raft: %w", err))
 	}
@@ -350,6 +350,27 @@ func restoreIfBehind(log *slog.Logger, f *fsm.FSM, snaps raft.SnapshotStore, log
 		return fmt.Errorf("restore snapshot %s: %w", meta.ID, err)
 	}
 	return nil
+}
+
+// newRaft is raft.NewRaft with its panic on a log entry it cannot read
+// turned into an error naming the log. Before it starts anything, NewRaft
+// reads every entry after the newest snapshot for configuration changes
+// and panics on the first whose read fails (a piece that does not decode,
+// an entry missing), which killed crownd with a goroutine dump instead of
+// saying which file is damaged. Panics of other kinds are not ours to
+// translate and go on.
+func newRaft(logPath string, rc *raft.Config, f raft.FSM, logs raft.LogStore, stable raft.StableStore,
+	snaps raft.SnapshotStore, trans raft.Transport) (r *raft.Raft, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			e, ok := p.(error)
+			if !ok {
+				panic(p)
+			}
+			r, err = nil, fmt.Errorf("raft log %s: an entry after the newest snapshot does not read: %w", logPath, e)
+		}
+	}()
+	return raft.NewRaft(rc, f, logs, stable, snaps, trans)
 }
 
 // checkLogStart fails when the log starts after the entry that follows the

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	tc "github.com/crownmq/crown/cmd/internal/testcluster"
 )
@@ -153,5 +157,42 @@ func TestUnreadableSnapshotBehindACompactedLogStopsCrownd(t *testing.T) {
 	if code == 0 || !strings.Contains(out, snapDir) || !strings.Contains(out, "unreadable") ||
 		strings.Contains(out, "goroutine ") {
 		t.Fatalf("crownd with its snapshots unreadable exited %d with:\n%s", code, out)
+	}
+}
+
+// An entry of the Raft log that does not read (here its first piece's
+// header, overwritten in place as a damaged disk block would leave it)
+// stops crownd with an error naming the log. Raft reads every entry after
+// the newest snapshot at start and panicked on the first it could not.
+func TestUnreadableLogEntryStopsCrowndNamingTheLog(t *testing.T) {
+	c := tc.Start(t, 1)
+	node := c.Node(0)
+	for i := range 5 {
+		if _, err := node.Client().Push(context.Background(), []tc.PushItem{{Queue: "q", Payload: i}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := node.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(node.DataDir(), "raft", "log.db")
+	store, err := raftboltdb.New(raftboltdb.Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// raftnode/piecelog.go: entry i's first piece is key 2^48 + 16i.
+	const index = 3
+	var first raft.Log
+	if err := store.GetLog(1<<48+16*index, &first); err != nil {
+		t.Fatal(err)
+	}
+	first.Data = []byte{0xff, 0xff}
+	if err := errors.Join(store.StoreLog(&first), store.Close()); err != nil {
+		t.Fatal(err)
+	}
+	code, out := runToExit(t, node)
+	if code == 0 || !strings.Contains(out, path) || !strings.Contains(out, "does not read") ||
+		strings.Contains(out, "goroutine ") {
+		t.Fatalf("crownd on a log with an unreadable entry exited %d with:\n%s", code, out)
 	}
 }
