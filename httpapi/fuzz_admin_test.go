@@ -149,3 +149,62 @@ func FuzzParseSubscriptionTimestamp(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseExtend(f *testing.F) {
+	for _, s := range []string{`{"seconds":120}`, `{}`, `{"seconds":null}`, `{"seconds":0}`, `{"seconds":1e3}`, `{"seconds":"5"}`, `[]`, ``} {
+		f.Add([]byte(s), "6d2f1c3a-0b9e-4f7d-8c6a-5e4d3c2b1a09")
+	}
+	f.Add([]byte(`{"seconds":9223372036854775807}`), "nope")
+	f.Fuzz(func(t *testing.T, body []byte, leaseID string) {
+		c, ok, err := parseExtend(body, leaseID)
+		if err != nil {
+			fuzzCommand(t, nil, err)
+			return
+		}
+		if c.Seconds <= 0 {
+			t.Fatalf("extension of %d seconds accepted", c.Seconds)
+		}
+		if _, valid := parseUUID(leaseID); ok != valid {
+			t.Fatalf("lease id %q: ok %v", leaseID, ok)
+		}
+		fuzzCommand(t, c, nil)
+	})
+}
+
+func FuzzParseAck(f *testing.F) {
+	for _, s := range []string{
+		`{"transactionId":"t","partitionId":"6d2f1c3a-0b9e-4f7d-8c6a-5e4d3c2b1a09","status":"completed","consumerGroup":"g"}`,
+		`{"transactionId":"t","partitionId":"6d2f1c3a-0b9e-4f7d-8c6a-5e4d3c2b1a09","status":"failed","error":"e","leaseId":"6d2f1c3a-0b9e-4f7d-8c6a-5e4d3c2b1a0a"}`,
+		`{"transactionId":"t"}`, `{}`, `[]`, `{"transactionId":1}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		c, err := parseAck(body)
+		if err != nil {
+			fuzzCommand(t, nil, err)
+			return
+		}
+		if len(c.Items) != 1 {
+			t.Fatalf("%d items from one acknowledgment", len(c.Items))
+		}
+		fuzzCommand(t, c, nil)
+	})
+}
+
+func FuzzDecodeMember(f *testing.F) {
+	for _, s := range []string{`{"id":"node4","raft_addr":"10.0.0.4:7632","http_addr":"http://10.0.0.4:6632"}`,
+		`{"id":"node4"}`, `{"id":""}`, `{"id":4}`, `{}`, `[]`} {
+		f.Add([]byte(s), true)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, needRaft bool) {
+		m, err := decodeMember(body, needRaft)
+		if err != nil {
+			checkRefusal(t, err)
+			return
+		}
+		if m.ID == "" || (needRaft && m.RaftAddr == "") {
+			t.Fatalf("member %+v accepted (raft address required: %v)", m, needRaft)
+		}
+	})
+}

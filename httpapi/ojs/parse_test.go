@@ -201,3 +201,29 @@ func TestConfigAllProblems(t *testing.T) {
 	checkAll(t, "parsePolicy", e, 400, []want{{"config.x", "unknown_field"}, {"config.capacity.max_depth", "invalid_type"},
 		{"match", "invalid_pattern"}, {"priority", "out_of_range"}, {"config.capacity.max_size_bytes", "out_of_range"}})
 }
+
+func FuzzParsePolicy(f *testing.F) {
+	for _, s := range []string{`{"match":"batch.*","priority":10,"config":{"capacity":{"max_depth":1000}}}`,
+		`{"match":"A B","priority":5000,"config":{"x":1}}`, `{"config":null}`, `{"priority":"1"}`, `{}`} {
+		f.Add(s, false)
+	}
+	f.Fuzz(func(t *testing.T, body string, patch bool) {
+		m, ok := decodeObject([]byte(body))
+		if !ok {
+			return
+		}
+		c := fsm.OJSPutPolicy{Name: "p", Mode: fsm.PolicyCreate}
+		if patch {
+			c.Mode = fsm.PolicyPatch
+		}
+		if e := parsePolicy(m, patch, &c); e != nil {
+			if e.Status != 400 && e.Status != 422 {
+				t.Fatalf("status %d", e.Status)
+			}
+			return
+		}
+		if c.HasMatch && !fsm.ValidPattern(c.Match) {
+			t.Fatalf("match %q accepted", c.Match)
+		}
+	})
+}
