@@ -46,3 +46,27 @@ func TestWriteAndReadTornFile(t *testing.T) {
 		t.Fatal("garbage read without error")
 	}
 }
+
+// FuzzRead reads a history file as a killed or damaged run may leave it:
+// an error or the records before the damage, never a panic, and a torn
+// last line loses that line only.
+func FuzzRead(f *testing.F) {
+	whole := `{"id":1,"k":"push","t0":5,"items":[{"p":"p","seq":1,"txn":"t.1"}]}` + "\n" + `{"id":2,"k":"note","label":"x"}` + "\n"
+	for _, s := range []string{whole, whole[:len(whole)-9], "", "not json\n", `{"id":1}` + "\n" + `[`, "1\n2\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ops, err := Read(strings.NewReader(s))
+		if err != nil {
+			return
+		}
+		for _, cut := range []int{1, 2} {
+			if len(s) > cut {
+				torn, terr := Read(strings.NewReader(s[:len(s)-cut]))
+				if terr == nil && len(torn) > len(ops) {
+					t.Fatalf("%d records whole, %d torn", len(ops), len(torn))
+				}
+			}
+		}
+	})
+}
