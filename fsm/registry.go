@@ -109,9 +109,21 @@ type applier struct {
 // the process dies and replays from its last commit on restart.
 func must(err error) {
 	if err != nil {
-		panic(fmt.Errorf("fsm: apply failed, state machine stopped: %w", err))
+		panic(storageFailure{err})
 	}
 }
+
+// storageFailure is what must panics with. Read views share the helpers
+// that call must and recover it (recoverStorage): a read that meets a
+// storage error fails alone, so it reports the error without the words a
+// stopped state machine gets.
+type storageFailure struct{ err error }
+
+func (s storageFailure) Error() string {
+	return "fsm: apply failed, state machine stopped: " + s.err.Error()
+}
+
+func (s storageFailure) Unwrap() error { return s.err }
 
 func must1[T any](v T, err error) T {
 	must(err)

@@ -239,6 +239,10 @@ func forEachCandidate(tx *segments.Tx, c *Lease, queue func(*segments.Queue), pa
 // into an error: a read must not take the node down.
 func recoverStorage(err *error) {
 	if r := recover(); r != nil {
+		if s, ok := r.(storageFailure); ok {
+			*err = fmt.Errorf("read the state: %w", s.err)
+			return
+		}
 		if e, ok := r.(error); ok {
 			*err = e
 			return
