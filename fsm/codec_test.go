@@ -47,6 +47,8 @@ func sampleCommands() map[Type]Command {
 		TypeExpireLeases:       &ExpireLeases{Grace: 5_000_000, Max: 1000},
 		TypeDeleteMessage:      &DeleteMessage{Partition: [16]byte{9, 8, 7}, TxID: "tx-1"},
 		TypeForgetDeletedTxIDs: &ForgetDeletedTxIDs{Max: 1000},
+		TypeLeaseCapped: &LeaseCapped{Lease: Lease{Scope: ScopeSpecific, Queue: "q", Partition: "p", Group: "g",
+			Batch: 100, MaxPartitions: 1, LeaseSeconds: 30, WindowBatch: 100}, Principal: "alice", MaxBytes: 16 << 20},
 	}
 	for ty, c := range ojsSampleCommands(opts, push) {
 		samples[ty] = c

@@ -126,6 +126,16 @@ func (g *generator) lease() *Lease {
 	return l
 }
 
+// pop is a lease, a third of the time bounded in bytes (about one to ten
+// of the generator's messages).
+func (g *generator) pop() Command {
+	l := g.lease()
+	if g.pick(3) != 0 {
+		return l
+	}
+	return &LeaseCapped{Lease: *l, MaxBytes: []uint64{1, 60, 200, 600}[g.pick(4)]}
+}
+
 func (g *generator) ackItem() (string, AckItem, bool) {
 	if len(g.popped) == 0 {
 		return "", AckItem{}, false
@@ -184,7 +194,7 @@ func (g *generator) step() {
 	case k < 38: // group commit: several requests in one entry
 		g.commit(&Push{Items: g.pushItems()}, g.lease(), &Push{Items: g.pushItems()})
 	case k < 60:
-		r := g.commit(g.lease())[0].(*LeaseResult)
+		r := g.commit(g.pop())[0].(*LeaseResult)
 		if r.Count() > 0 {
 			g.popped = append(g.popped, r)
 			if r.LeaseID != ([16]byte{}) {

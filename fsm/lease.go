@@ -12,12 +12,13 @@ import (
 // deliverable messages for the group and are not leased by it, and lease (or
 // with AutoAck consume) up to Batch messages across at most MaxPartitions of
 // them. A partition with nothing deliverable is not claimed.
-func applyLease(a *applier, c *Lease) any { return a.lease(c, "") }
+func applyLease(a *applier, c *Lease) any { return a.lease(c, "", 0) }
 
 // lease is a pop by principal ("" when anonymous): queues with OJS rules
 // (docs/queues.md) may be skipped (paused, deleting, max_concurrency
-// reached) or refuse the principal (access.consumers).
-func (a *applier) lease(c *Lease, principal string) any {
+// reached) or refuse the principal (access.consumers). maxBytes, when not
+// 0, bounds the bytes the pop claims (LeaseCapped).
+func (a *applier) lease(c *Lease, principal string, maxBytes uint64) any {
 	res := &LeaseResult{Group: c.Group}
 	// Pop maintenance (queen-api.md 3.17) is decided here too, not only by
 	// the HTTP layer's check: a pop proposed before the switch was applied
@@ -36,7 +37,8 @@ func (a *applier) lease(c *Lease, principal string) any {
 	}
 	a.recordFirstContact(c)
 
-	p := popState{c: c, res: res, remaining: max(c.Batch, 1), maxParts: max(c.MaxPartitions, 1), principal: principal}
+	p := popState{c: c, res: res, remaining: max(c.Batch, 1), maxParts: max(c.MaxPartitions, 1), principal: principal,
+		budget: byteBudget{capped: maxBytes != 0, left: maxBytes}}
 	if c.Scope == ScopeSpecific {
 		p.maxParts = 1
 	}
@@ -154,6 +156,7 @@ type popState struct {
 	maxParts  uint32
 	claimed   uint32
 	principal string
+	budget    byteBudget
 
 	// What the answering node reads once the pop has claimed: one range of
 	// plan per claimed partition, in the order of reads.
@@ -167,7 +170,7 @@ type claimedRead struct {
 	retry uint64 // the group's retry count there, before this delivery
 }
 
-func (p *popState) done() bool { return p.remaining == 0 || p.claimed >= p.maxParts }
+func (p *popState) done() bool { return p.remaining == 0 || p.claimed >= p.maxParts || p.budget.full }
 
 func (a *applier) popQueue(p *popState, q *segments.Queue) {
 	c := p.c
@@ -259,8 +262,11 @@ type eligibility struct {
 // still delayed, delayedAt is that message's commit time. Commit times are
 // monotone in a partition, so the delayed (or window-held) rest is a
 // contiguous tail.
-func (e *eligibility) deliverable(tx *segments.Tx, part *segments.Partition, want uint32) (n uint32, last uint64, delayedAt int64) {
-	must(tx.ScanRanges(part, e.start, func(first, end uint64, createdAt int64) (bool, error) {
+//
+// A budget (nil: none) bounds the bytes taken as well (LeaseCapped): the
+// walk stops at the first message that does not fit.
+func (e *eligibility) deliverable(tx *segments.Tx, part *segments.Partition, want uint32, budget *byteBudget) (n uint32, last uint64, delayedAt int64) {
+	must(tx.ScanRangesSized(part, e.start, func(first, end uint64, createdAt int64, msgBytes uint64) (bool, error) {
 		if e.before != 0 {
 			end = min(end, e.before)
 		}
@@ -272,9 +278,15 @@ func (e *eligibility) deliverable(tx *segments.Tx, part *segments.Partition, wan
 			return false, nil
 		}
 		take := min(end-first, uint64(want-n))
+		if budget != nil {
+			take = budget.fit(take, msgBytes)
+			if take == 0 {
+				return false, nil
+			}
+		}
 		n += uint32(take)
 		last = first + take - 1
-		return n < want, nil
+		return n < want && (budget == nil || !budget.full), nil
 	}))
 	return n, last, delayedAt
 }
@@ -339,7 +351,7 @@ func (a *applier) tryClaim(p *popState, q *segments.Queue, part *segments.Partit
 	// Every node claims by references alone; the node answering the pop
 	// reads the claimed messages once every partition is claimed
 	// (readClaimed), so that neighbouring segments are read together.
-	n, last, _ := e.deliverable(a.tx, part, p.remaining)
+	n, last, _ := e.deliverable(a.tx, part, p.remaining, &p.budget)
 	if n == 0 {
 		return false
 	}

@@ -550,7 +550,7 @@ func (a *applier) popGate(p *popState, q *segments.Queue) (ok bool, room int64) 
 	return true, room
 }
 
-func applyLeaseAs(a *applier, c *LeaseAs) any { return a.lease(&c.Lease, c.Principal) }
+func applyLeaseAs(a *applier, c *LeaseAs) any { return a.lease(&c.Lease, c.Principal, 0) }
 
 // ---- delete ----
 

@@ -60,6 +60,8 @@ var registry = [...]commandSpec{
 	// Message deletion (message_delete.go) and the dedup memory of deleted ids (dedup.go).
 	TypeDeleteMessage:      spec("delete_message", applyDeleteMessage),
 	TypeForgetDeletedTxIDs: spec("forget_deleted_txids", applyForgetDeletedTxIDs),
+	// Pops bounded in bytes too (leasecapped.go).
+	TypeLeaseCapped: spec("lease_capped", applyLeaseCapped),
 }
 
 func spec[C any, PC interface {

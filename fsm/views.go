@@ -179,7 +179,7 @@ func (f *FSM) checkPop(view func(func(*segments.Tx) error) error, c *Lease, prin
 				wake(e.wakeAt)
 				return true
 			}
-			n, _, delayedAt := e.deliverable(tx, part, limit()-pc.Deliverable)
+			n, _, delayedAt := e.deliverable(tx, part, limit()-pc.Deliverable, nil)
 			pc.Deliverable += n
 			if n > 0 {
 				parts++

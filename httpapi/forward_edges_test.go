@@ -53,7 +53,7 @@ func (c *followerView) Propose(ctx context.Context, cmd fsm.Command) (any, uint6
 	if c.following.Load() {
 		return nil, 0, raftnode.ErrNotLeader
 	}
-	if _, lease := cmd.(*fsm.Lease); lease && c.loseOnLease.CompareAndSwap(true, false) {
+	if _, lease := cmd.(*fsm.LeaseCapped); lease && c.loseOnLease.CompareAndSwap(true, false) {
 		c.following.Store(true)
 		return nil, 0, raftnode.ErrNotLeader
 	}

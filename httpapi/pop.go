@@ -426,10 +426,8 @@ func (s *Server) attemptPop(w http.ResponseWriter, r *http.Request, c *fsm.Lease
 		writeError(w, aerr)
 		return false, true
 	}
-	var cmd fsm.Command = c
-	if p := principalOf(r); p != "" {
-		cmd = &fsm.LeaseAs{Lease: *c, Principal: p}
-	}
+	// Bounded in bytes too: the answer is built in memory here (fsm.LeaseCapped).
+	cmd := &fsm.LeaseCapped{Lease: *c, Principal: principalOf(r), MaxBytes: s.cfg.PopMaxBytes}
 	// Not commit: a pop refused here for want of leadership must not be
 	// relayed as the client sent it (wait=true would long-poll on the
 	// leader past this pop's deadline); forwardPop asks for one attempt.

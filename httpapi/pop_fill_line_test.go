@@ -39,8 +39,8 @@ type stealThenRefill struct {
 }
 
 func (c *stealThenRefill) Propose(ctx context.Context, cmd fsm.Command) (any, uint64, error) {
-	l, ok := cmd.(*fsm.Lease)
-	if !ok || l.Batch != 10 || !c.armed.CompareAndSwap(true, false) {
+	l, ok := cmd.(*fsm.LeaseCapped)
+	if !ok || l.Lease.Batch != 10 || !c.armed.CompareAndSwap(true, false) {
 		return c.Cluster.Propose(ctx, cmd)
 	}
 	bg, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -252,7 +252,7 @@ type leaseGate struct {
 }
 
 func (g *leaseGate) Propose(ctx context.Context, cmd fsm.Command) (any, uint64, error) {
-	if _, lease := cmd.(*fsm.Lease); !lease || !g.armed.Load() {
+	if _, lease := cmd.(*fsm.LeaseCapped); !lease || !g.armed.Load() {
 		return g.Cluster.Propose(ctx, cmd)
 	}
 	n := g.leases.Add(1)

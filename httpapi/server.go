@@ -90,10 +90,17 @@ type Config struct {
 	// ForwardProtocol is how a follower forwards to the leader:
 	// ForwardRelay (the default) or ForwardHTTP (--forward-protocol).
 	ForwardProtocol string
+	// PopMaxBytes bounds the stored bytes of the messages one pop takes
+	// (fsm.LeaseCapped; at least one message goes however large): the
+	// answer is built in memory (0: DefaultPopMaxBytes).
+	PopMaxBytes uint64
 	// BodyTimeout bounds how long a request body may take to arrive once
 	// its headers have (0: DefaultBodyTimeout).
 	BodyTimeout time.Duration
 }
+
+// DefaultPopMaxBytes bounds a pop's messages as a request body is bounded.
+const DefaultPopMaxBytes = 16 << 20
 
 // DefaultBodyTimeout is how long a request body may take to arrive: 16 MiB
 // at 2.2 Mbit/s. crownd's ReadHeaderTimeout covers only the headers.
@@ -140,6 +147,9 @@ func New(cfg Config, cluster Cluster, state *fsm.FSM) *Server {
 	}
 	if cfg.LeaderWait <= 0 {
 		cfg.LeaderWait = 5 * time.Second
+	}
+	if cfg.PopMaxBytes == 0 {
+		cfg.PopMaxBytes = DefaultPopMaxBytes
 	}
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = DefaultBodyTimeout

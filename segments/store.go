@@ -1426,6 +1426,19 @@ func (t *Tx) ScanRanges(p *Partition, from uint64, fn func(first, end uint64, cr
 	})
 }
 
+// ScanRangesSized is ScanRanges also giving each run's stored bytes a
+// message: its segment's length divided among the segment's messages,
+// rounded up (a pop bounded in bytes counts with it, still reading no blob).
+func (t *Tx) ScanRangesSized(p *Partition, from uint64, fn func(first, end uint64, createdAt int64, msgBytes uint64) (bool, error)) error {
+	return t.walkSegments(p, from, func(first uint64, ref blobRef) (bool, error) {
+		per := uint64(ref.Len)
+		if ref.Count > 1 {
+			per = (per + uint64(ref.Count) - 1) / uint64(ref.Count)
+		}
+		return fn(max(first, from), first+uint64(ref.Count), ref.CreatedAt, per)
+	})
+}
+
 // MessageAt reads one message, or nil when the offset is not stored.
 func (t *Tx) MessageAt(p *Partition, off uint64) (*StoredMessage, error) {
 	var out *StoredMessage
