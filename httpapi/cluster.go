@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/crownmq/crown/fsm"
@@ -200,6 +201,13 @@ func (s *Server) answersAs(ctx context.Context, id, joiner string) bool {
 	if u == "" || strings.TrimRight(u, "/") == strings.TrimRight(joiner, "/") {
 		return false
 	}
+	return s.healthIs(ctx, u, id)
+}
+
+// healthIs reports whether the node at HTTP address u answers /health, within
+// 2 s, as node id.
+func (s *Server) healthIs(ctx context.Context, u, id string) bool {
+	u = strings.TrimRight(u, "/")
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", u+"/health", nil)
@@ -244,6 +252,11 @@ func (s *Server) addMember(w http.ResponseWriter, r *http.Request, join bool) {
 				}
 			}
 		}
+		if !forced(r) {
+			if err := s.keepsQuorum(r.Context(), m.ID, m.HTTPAddr, true, join); err != nil {
+				return err
+			}
+		}
 		return s.cluster.AddVoter(m.ID, m.RaftAddr, 10*time.Second)
 	}) {
 		return
@@ -284,7 +297,15 @@ func (s *Server) handleClusterRemove(w http.ResponseWriter, r *http.Request) {
 			if len(raftnode.VotersBesides(members, id)) == 0 {
 				return fmt.Errorf("%w: %q is the last voter", raftnode.ErrConflict, id)
 			}
+			if !forced(r) {
+				return s.keepsQuorum(r.Context(), id, "", false, false)
+			}
 			return nil // below: the registry first
+		}
+		if !forced(r) {
+			if err := s.keepsQuorum(r.Context(), id, "", false, false); err != nil {
+				return err
+			}
 		}
 		err := s.cluster.RemoveServer(id, 10*time.Second)
 		if errors.Is(err, raftnode.ErrNoMember) && s.inRegistry(id) {
@@ -317,6 +338,77 @@ func (s *Server) handleClusterRemove(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("member removed", "id", id)
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "id": id})
+}
+
+// forced reports ?force=true: a membership change skips keepsQuorum.
+func forced(r *http.Request) bool { return r.URL.Query().Get("force") == "true" }
+
+// keepsQuorum refuses to add (add) or remove a voter when the members that
+// answer now are not a majority of the configuration the change makes.
+// Raft commits a change by the new configuration's majority, so removing a
+// live member of three while another is down, or adding a voter (which
+// counts at once, before it runs) while one is down, appends a change that
+// cannot commit: the leader steps down and no leader is elected until the
+// missing member returns. The change is refused instead, with what is
+// down; ?force=true makes it anyway. A member answers when its registered
+// HTTP address answers /health as that member; this node, a node joining
+// by itself (running, since it asks) and a member not yet registered count
+// as answering. A voter an operator adds answers only when the HTTP
+// address given with it does: the usual order adds it before it runs.
+func (s *Server) keepsQuorum(ctx context.Context, id, newHTTP string, add, joining bool) error {
+	members, err := s.cluster.Members()
+	if err != nil {
+		return err
+	}
+	if raftnode.IsVoter(members, id) == add {
+		return nil // a move, or not a voter: the count does not change
+	}
+	var voters []string
+	for _, m := range raftnode.VotersBesides(members, id) {
+		voters = append(voters, m.ID)
+	}
+	if add {
+		voters = append(voters, id)
+	}
+	up := make([]bool, len(voters))
+	var wg sync.WaitGroup
+	for i, v := range voters {
+		newcomer := add && v == id
+		switch {
+		case v == s.cfg.NodeID || (newcomer && joining):
+			up[i] = true
+			continue
+		case newcomer && newHTTP == "":
+			continue // added by an operator, and not known to run
+		case !newcomer && s.nodeURL(v) == "":
+			// A member not yet registered (just started) cannot be
+			// asked: it is given the benefit of the doubt.
+			up[i] = true
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if newcomer {
+				up[i] = s.healthIs(ctx, newHTTP, v)
+			} else {
+				up[i] = s.answersAs(ctx, v, "")
+			}
+		}()
+	}
+	wg.Wait()
+	var down []string
+	for i, v := range voters {
+		if !up[i] {
+			down = append(down, v)
+		}
+	}
+	if need := len(voters)/2 + 1; len(voters)-len(down) < need {
+		return fmt.Errorf("%w: the configuration this change makes (%s) needs %d members up to commit, and %s do not answer: "+
+			"the cluster would stop until they return; bring them back first, or repeat with force=true (crownctl --force)",
+			raftnode.ErrConflict, strings.Join(voters, ", "), need, strings.Join(down, ", "))
+	}
+	return nil
 }
 
 // inRegistry reports whether the node registry holds id.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -46,9 +47,13 @@ that bootstraps a separate single-node cluster. Until it runs, the new voter
 counts in the quorum: a three-node cluster becomes a four-node one that
 needs three nodes up.
 
+The leader refuses (409 conflict) an addition while too few members answer
+for the larger configuration to commit (a three-node cluster with one down
+cannot commit as four until the new node runs); --force adds it anyway.
+
 Example:
   crownctl cluster add node4 127.0.0.1:7635 http://127.0.0.1:6635`,
-			minArgs: 2, maxArgs: 3, run: clusterAdd,
+			minArgs: 2, maxArgs: 3, flags: forceFlag, run: clusterAdd,
 		},
 		{
 			name: "remove", args: "ID", summary: "remove a node from the cluster",
@@ -57,10 +62,12 @@ and the node registry. Removing a member of a three-node cluster leaves two,
 which still need both to be up to commit. Stop the removed node afterwards.
 
 So with one member down, remove that one, not another: removing a live
-member makes the new configuration need the down one, the leader steps
-down (503 unknown_outcome) and no leader is elected until it returns. The
-removal then completes; repeating the command is safe.`,
-			minArgs: 1, maxArgs: 1, run: clusterRemove,
+member makes the new configuration need the down one. The leader refuses
+such a removal (409 conflict, naming the members down). With --force it is
+made anyway: the leader steps down (503 unknown_outcome) and no leader is
+elected until the down member returns; the removal then completes, and
+repeating the command is safe.`,
+			minArgs: 1, maxArgs: 1, flags: forceFlag, run: clusterRemove,
 		},
 		{
 			name: "transfer-leadership", args: "[ID]", summary: "hand leadership to ID, or to the most up-to-date follower",
@@ -141,7 +148,7 @@ func clusterAdd(ctx context.Context, e *env, args []string) error {
 	if httpURL != "" {
 		req["http_addr"] = httpURL
 	}
-	raw, err := e.client.Post(ctx, "/api/v1/cluster/members", req, nil)
+	raw, err := e.client.Post(ctx, "/api/v1/cluster/members"+forceQuery(ctx), req, nil)
 	if err != nil {
 		return err
 	}
@@ -155,12 +162,26 @@ func clusterAdd(ctx context.Context, e *env, args []string) error {
 	return err
 }
 
+// forceFlag registers --force for a membership change.
+func forceFlag(fs *flag.FlagSet) any {
+	fs.Bool("force", false, "make the change even if the members that answer are too few for it to commit")
+	return nil
+}
+
+// forceQuery is the query string that passes --force on.
+func forceQuery(ctx context.Context) string {
+	if flagValue(ctx, "force") == "true" {
+		return "?force=true"
+	}
+	return ""
+}
+
 func clusterRemove(ctx context.Context, e *env, args []string) error {
 	id := args[0]
 	if id == "" {
 		return usagef("ID is empty")
 	}
-	raw, err := e.client.Delete(ctx, "/api/v1/cluster/members/"+url.PathEscape(id), nil)
+	raw, err := e.client.Delete(ctx, "/api/v1/cluster/members/"+url.PathEscape(id)+forceQuery(ctx), nil)
 	if err != nil {
 		return err
 	}

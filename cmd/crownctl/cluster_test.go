@@ -63,7 +63,11 @@ func (f *fakeCluster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.requests = append(f.requests, strings.TrimSpace(r.Method+" "+r.URL.EscapedPath()+" "+string(body)))
+	target := r.URL.EscapedPath()
+	if r.URL.RawQuery != "" {
+		target += "?" + r.URL.RawQuery
+	}
+	f.requests = append(f.requests, strings.TrimSpace(r.Method+" "+target+" "+string(body)))
 	switch {
 	case r.Method == "GET" && r.URL.Path == "/api/v1/cluster/status":
 		writeJSONTest(w, 200, map[string]any{"node_id": f.self, "healthy": f.leader != "",
@@ -398,10 +402,19 @@ func TestAddRemove(t *testing.T) {
 	if code != 0 || stdout != "removed node/5\n" {
 		t.Errorf("remove: exit %d, stdout %q", code, stdout)
 	}
+	// --force passes the leader's quorum check by (deployments.md).
+	if code, _, stderr := runCLI(t, srv.URL, "cluster", "remove", "--force", "node6"); code != 0 {
+		t.Errorf("remove --force: exit %d, stderr %q", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, srv.URL, "cluster", "add", "node7", "h7:7632", "--force"); code != 0 {
+		t.Errorf("add --force: exit %d, stderr %q", code, stderr)
+	}
 	want := []string{
 		`POST /api/v1/cluster/members {"http_addr":"http://127.0.0.1:6635","id":"node4","raft_addr":"127.0.0.1:7635"}`,
 		`POST /api/v1/cluster/members {"id":"node5","raft_addr":"h5:7632"}`,
 		`DELETE /api/v1/cluster/members/node%2F5`,
+		`DELETE /api/v1/cluster/members/node6?force=true`,
+		`POST /api/v1/cluster/members?force=true {"id":"node7","raft_addr":"h7:7632"}`,
 	}
 	if got := f.reqs(); !reflect.DeepEqual(got, want) {
 		t.Errorf("requests:\n%q\nwant\n%q", got, want)

@@ -28,8 +28,49 @@ func removeWithoutQuorum(t *testing.T, ctx context.Context, c *tc.Cluster) (lead
 	followers := clusterFollowers(c, leader)
 	removed, down = followers[0], followers[1]
 	down.Kill()
-	err = leader.Client().RemoveMember(ctx, removed.ID())
+	// Forced: without, the leader refuses a change that would stop the
+	// cluster (TestClusterChangeThatWouldStopTheClusterIsRefused).
+	_, err = leader.Client().Do(ctx, "DELETE", "/api/v1/cluster/members/"+removed.ID()+"?force=true", nil, nil)
 	return leader, removed, down, err
+}
+
+// docs/deployments.md: a membership change whose new configuration's
+// majority does not answer is refused with 409 conflict, naming the
+// members down, and changes nothing (it used to be appended, the leader
+// stepped down and the cluster stopped until the down member returned).
+func TestClusterChangeThatWouldStopTheClusterIsRefused(t *testing.T) {
+	c := tc.Start(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	leader, werr := c.WaitLeader(20 * time.Second)
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	// Every member registered, so that the leader can ask each one.
+	clusterWaitMembers(t, ctx, c.Nodes(), 3, "")
+	followers := clusterFollowers(c, leader)
+	live, down := followers[0], followers[1]
+	down.Kill()
+	var he *tc.HTTPError
+	// Through the live follower, as an operator's crownctl may go.
+	err := live.Client().RemoveMember(ctx, live.ID())
+	if !errors.As(err, &he) || he.Status != http.StatusConflict || !strings.Contains(he.Message, down.ID()) {
+		t.Fatalf("removing the live %s with %s down: %v, want 409 conflict naming %s", live.ID(), down.ID(), err, down.ID())
+	}
+	err = leader.Client().AddMember(ctx, "node9", "127.0.0.1:1", "")
+	if !errors.As(err, &he) || he.Status != http.StatusConflict {
+		t.Fatalf("adding a voter with %s down: %v, want 409 conflict", down.ID(), err)
+	}
+	// Nothing changed, and the cluster still commits.
+	clusterWaitMembers(t, ctx, []*tc.Node{leader, live}, 3, "node9")
+	if _, err := live.Client().Push(ctx, []tc.PushItem{{Queue: "still", Payload: 1, TransactionID: "up"}}); err != nil {
+		t.Fatalf("push after the refused changes: %v", err)
+	}
+	// Removing the member that is down keeps a majority up: allowed.
+	if err := leader.Client().RemoveMember(ctx, down.ID()); err != nil {
+		t.Fatalf("removing the down %s: %v", down.ID(), err)
+	}
+	clusterWaitMembers(t, ctx, []*tc.Node{leader, live}, 2, down.ID())
 }
 
 // TestClusterRemoveThatLosesTheQuorumIsAnUnknownOutcome: a removal whose
