@@ -29,6 +29,11 @@ func (b ojsBackend) Barrier(r *http.Request) (int, error) {
 	return 0, nil
 }
 
+func (b ojsBackend) Leader() string {
+	id, _ := b.s.cluster.Leader()
+	return id
+}
+
 // principalOf is the caller's principal for the access lists: the
 // X-OJS-Client-Id header (ojs-queues.md 2.3; Crown has no authentication
 // yet, which would take precedence). Anything that is not a valid principal

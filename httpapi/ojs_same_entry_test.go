@@ -42,6 +42,8 @@ func (b *sameEntryBackend) Commit(_ http.ResponseWriter, _ *http.Request, _ []by
 
 func (b *sameEntryBackend) Barrier(*http.Request) (int, error) { return 0, nil }
 
+func (b *sameEntryBackend) Leader() string { return "n1" }
+
 // TestOJSWriteAnsweredWhenTheQueueIsDeletedInTheSameEntry: a write applied
 // before a deletion of its queue in the same log entry succeeded, so it is
 // answered with its success and the queue as it was left, state deleted,

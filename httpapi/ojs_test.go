@@ -325,6 +325,8 @@ func (failingBackend) Commit(_ http.ResponseWriter, _ *http.Request, _ []byte, _
 
 func (failingBackend) Barrier(*http.Request) (int, error) { return 0, nil }
 
+func (failingBackend) Leader() string { return "n1" }
+
 // TestOJSBackendErrorRetryable checks that every 500 backend_error is
 // retryable: true (ojs-queues.md 0.5), whether a commit or a read failed.
 func TestOJSBackendErrorRetryable(t *testing.T) {
@@ -501,5 +503,20 @@ func TestOJSPurgeGroupSkipsAnotherGroupsBatch(t *testing.T) {
 		if got := s.popGroupTxIDs(pop(g, 10)); len(got) != 1 || got[0] != "m5" {
 			t.Fatalf("%s read %v after a push that followed the purge, want [m5]", g, got)
 		}
+	}
+}
+
+// ojs-queues.md 13.11: a healthy node's GET /ojs/v1/health names the Raft
+// leader in its backend, so an operator (or a probe) reading it sees which
+// node leads without a second call.
+func TestOJSHealthNamesTheLeader(t *testing.T) {
+	s := newStack(t)
+	a := s.ojs("GET", "/ojs/v1/health", "").want(t, 200)
+	backend, _ := a.Body["backend"].(map[string]any)
+	if a.Body["status"] != "ok" || backend["status"] != "connected" || backend["type"] != "raft" {
+		t.Fatalf("GET /ojs/v1/health: %s, want status ok and a connected raft backend", a.Raw)
+	}
+	if backend["leader"] != "node1" {
+		t.Errorf("GET /ojs/v1/health: backend.leader %v in %s, want node1 (the node leads its one-node cluster)", backend["leader"], a.Raw)
 	}
 }

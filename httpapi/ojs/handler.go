@@ -23,6 +23,9 @@ type Backend interface {
 	// Barrier waits until this node has applied the leader's commit index,
 	// so that a local read after it is linearizable.
 	Barrier(r *http.Request) (status int, err error)
+	// Leader is the id of the node this node knows as the Raft leader
+	// ("" while it knows none).
+	Leader() string
 }
 
 // Config configures the handlers.

@@ -357,7 +357,8 @@ func (h *Handler) health(w http.ResponseWriter, r *http.Request, _ []string) {
 		return
 	}
 	h.reply(w, http.StatusOK, map[string]any{"status": "ok", "version": Version,
-		"uptime_seconds": int64(now()/1e6) - h.started.Unix(), "backend": map[string]any{"type": "raft", "status": "connected"}})
+		"uptime_seconds": int64(now()/1e6) - h.started.Unix(),
+		"backend":        map[string]any{"type": "raft", "status": "connected", "leader": h.b.Leader()}})
 }
 
 func (h *Handler) manifest(w http.ResponseWriter, _ *http.Request, _ []string) {
