@@ -2,12 +2,14 @@ package raftnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
 	"log/slog"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 )
 
 // hclogAdapter sends hashicorp/raft's logs to log/slog, so the whole
@@ -36,7 +38,26 @@ func (h *hclogAdapter) slogLevel(level hclog.Level) slog.Level {
 }
 
 func (h *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
-	h.l.Log(context.Background(), h.slogLevel(level), msg, slogArgs(args)...)
+	lvl := h.slogLevel(level)
+	if lvl > slog.LevelDebug && closedTransport(args) {
+		// The transport says it is shut down only once this node closes
+		// it: its peers' connections end as the node stops cleanly, which
+		// Raft logs as an error ("failed to decode incoming command") at
+		// every planned restart.
+		lvl = slog.LevelDebug
+	}
+	h.l.Log(context.Background(), lvl, msg, slogArgs(args)...)
+}
+
+// closedTransport reports whether an hclog value is Raft's transport
+// shutdown error.
+func closedTransport(args []any) bool {
+	for _, a := range args {
+		if err, ok := a.(error); ok && errors.Is(err, raft.ErrTransportShutdown) {
+			return true
+		}
+	}
+	return false
 }
 
 // slogArgs turns hclog's key/value pairs into slog's: a key the process
