@@ -178,11 +178,23 @@ func (g gatherLog) Println(v ...any) { g.log.Warn("metrics gathering", "error", 
 type statusRecorder struct {
 	http.ResponseWriter
 	code int
+	// failure is the start of a 500 answer's body, for the log.
+	failure []byte
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
 	r.code = code
 	r.ResponseWriter.WriteHeader(code)
+}
+
+// maxLoggedFailure bounds what of a 500 answer goes into the log line.
+const maxLoggedFailure = 1024
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.code == http.StatusInternalServerError && len(r.failure) < maxLoggedFailure {
+		r.failure = append(r.failure, b[:min(len(b), maxLoggedFailure-len(r.failure))]...)
+	}
+	return r.ResponseWriter.Write(b)
 }
 
 // Flush lets streamed responses through the recorder.
@@ -200,6 +212,14 @@ func (m *metrics) instrument(route string, h http.HandlerFunc) http.Handler {
 		h(rec, r)
 		lat.Observe(time.Since(start).Seconds())
 		m.requests.WithLabelValues(route, strconv.Itoa(rec.code)).Inc()
+		if rec.code == http.StatusInternalServerError {
+			// A 500 is a storage failure or a bug the README asks operators
+			// to report: the client's answer alone leaves them nothing to
+			// report. (503s are elections and shutdowns, answered by the
+			// thousand while they last; the client retries them.)
+			m.log.Error("request failed", "route", route, "method", r.Method, "path", r.URL.Path,
+				"status", rec.code, "answer", string(rec.failure))
+		}
 	})
 }
 
