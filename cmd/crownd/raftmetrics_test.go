@@ -3,6 +3,8 @@ package main_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -123,5 +125,42 @@ func TestTrailingLogBytesCompactTheLog(t *testing.T) {
 				trailing, first, file)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Every counter on /metrics/prometheus is named with _total, as Prometheus
+// names counters (Raft's own too: the sink named them after their key
+// alone, crown_raft_apply, crown_raft_state_leader, so a rate() over them
+// read as a gauge's to every tool that goes by the suffix).
+func TestEveryCounterIsNamedTotal(t *testing.T) {
+	c := tc.Start(t, 1)
+	leader := c.Leader()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := leader.Client().Push(ctx, []tc.PushItem{{Queue: "counters", Payload: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(leader.URL() + "/metrics/prometheus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var counters int
+	for _, line := range strings.Split(string(body), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 4 || f[0] != "#" || f[1] != "TYPE" || f[3] != "counter" {
+			continue
+		}
+		counters++
+		if !strings.HasSuffix(f[2], "_total") {
+			t.Errorf("counter %s is not named with _total", f[2])
+		}
+	}
+	if counters == 0 || !strings.Contains(string(body), "crown_raft_apply") {
+		t.Fatalf("no counters, or no crown_raft_apply, on the leader after a push:\n%s", body)
 	}
 }
