@@ -545,7 +545,9 @@ func runNode(c *config, log *slog.Logger) error {
 		switch members := mustMembers(node); {
 		case len(members) == 0:
 			go func() {
-				if err := api.Join(ctx, c.Join); err != nil {
+				// Join retries until it succeeds or the node stops: an end
+				// because the node stops is no failure.
+				if err := api.Join(ctx, c.Join); err != nil && ctx.Err() == nil {
 					log.Error("join failed", "error", err)
 				}
 			}()

@@ -1,9 +1,11 @@
 package main_test
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -162,5 +164,52 @@ func TestCleanStopOfAMemberLogsNoError(t *testing.T) {
 		if strings.Contains(line, "level=ERROR") {
 			t.Errorf("%s logged an error during a clean stop: %s", follower.ID(), line)
 		}
+	}
+}
+
+// A node stopped while it still asks the cluster to let it join stops
+// cleanly: its join attempts end because it was asked to stop, which is not
+// a failure. It logged "join failed ... context canceled" at level ERROR.
+func TestStopWhileJoiningLogsNoError(t *testing.T) {
+	h, r := opsAddrs(t)
+	nowhere, _ := opsAddrs(t) // nothing listens there: the join keeps retrying
+	cmd := exec.Command(tc.Binary(t), "--node-id", "node9", "--data-dir", filepath.Join(t.TempDir(), "data"),
+		"--http-addr", h, "--raft-addr", r, "--join", "http://"+nowhere, "--log-format", "json")
+	cmd.Env = tc.ChildEnv()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	time.Sleep(1500 * time.Millisecond) // a join attempt or two
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("crownd still running 30 s after SIGTERM; output:\n%s", lastLines(out.String(), 6))
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("exit status %d after SIGTERM while joining, want 0", code)
+	}
+	objs, _, _ := opsJSONLines(out.String())
+	var joinTried, stopped bool
+	for _, o := range objs {
+		switch {
+		case o["level"] == "ERROR":
+			t.Errorf("an error logged by a clean stop while joining: %v", o)
+		case o["msg"] == "join failed; retrying":
+			joinTried = true
+		case o["msg"] == "stopped":
+			stopped = true
+		}
+	}
+	if !joinTried || !stopped {
+		t.Errorf("join attempted %v, stopped %v; want both; output:\n%s", joinTried, stopped, lastLines(out.String(), 6))
 	}
 }
