@@ -79,3 +79,49 @@ func TestDeletedTxIDsDueAtTheStatesTime(t *testing.T) {
 		t.Fatalf("forget %+v", r)
 	}
 }
+
+// A deleted queue's remembered deletions went only when their window
+// closed: queue numbers are never reused, so no push could consult them
+// again, yet with a long dedup window they stayed in the state file and in
+// every snapshot for that long, however many times the queue was deleted
+// and made again.
+func TestDeleteQueueForgetsItsDeletedTxIDs(t *testing.T) {
+	m := newMachine(t)
+	const year = 365 * 24 * 3600
+	for _, q := range []string{"gone", "kept"} {
+		configureWith(m, q, func(o *segments.Options) { o.DedupWindowSeconds, o.MaxWaitTimeSeconds = 10*year, 30 })
+		m.push(append(items(q, "p1", "a", "b"), items(q, "p2", "c")...)...)
+	}
+	m.advance(31 * time.Second)
+	for _, q := range []string{"gone", "kept"} {
+		if segs, _ := swept(m.sweep(q, 10)); segs != 2 {
+			t.Fatalf("%s: swept %d segments", q, segs)
+		}
+	}
+	m.apply(&DeleteQueue{Queue: "gone"})
+	forgot := 0
+	for {
+		m.advance(11 * year * time.Second)
+		r := m.apply(&ForgetDeletedTxIDs{Max: 1})[0].(*ForgetDeletedTxIDsResult)
+		forgot += int(r.Forgot)
+		if !r.More {
+			break
+		}
+	}
+	if forgot != 3 {
+		t.Fatalf("the memory held %d ids once the windows closed, want the 3 of the queue that still exists", forgot)
+	}
+	m2 := newMachine(t)
+	configureWith(m2, "gone", func(o *segments.Options) { o.DedupWindowSeconds, o.MaxWaitTimeSeconds = 10*year, 30 })
+	m2.push(items("gone", "p1", "a")...)
+	m2.advance(31 * time.Second)
+	m2.sweep("gone", 10)
+	m2.apply(&DeleteQueue{Queue: "gone"})
+	if due, err := m2.f.DeletedTxIDsDue(1 << 62); err != nil || due {
+		t.Fatalf("a deleted queue's ids are still remembered (%v)", err)
+	}
+	// A queue made again under the name is a new queue: the id is new to it.
+	if st := m2.push(items("gone", "p1", "a")...).Items[0].Status; st != PushQueued {
+		t.Fatalf("push to the queue made again: status %d", st)
+	}
+}

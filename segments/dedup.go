@@ -108,6 +108,25 @@ func (t *Tx) DeletedTxIDsDue(now int64) (bool, error) {
 	return int64(u64(k)) <= now, nil
 }
 
+// forgetQueueTxIDs drops every remembered deletion of queue qid, whatever
+// its expiry. Queue numbers are never reused, so once the queue is deleted no
+// push can consult them, and a long dedup window (no bound on it) would keep
+// them on disk, and in every snapshot, for that long.
+func (t *Tx) forgetQueueTxIDs(qid uint64) error {
+	prefix := be64(qid)
+	var keys [][]byte
+	c := t.bucket(bTxGone).Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		if len(v) != txGoneValue {
+			return fmt.Errorf("deleted transaction id record of %d bytes: %w", len(v), ErrCorrupt)
+		}
+		// The expiry key is the expiry, then the txgone key (forgetTxIDs).
+		keys = append(keys, append(binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(k)), u64(v[16:])), k...))
+	}
+	_, _, err := t.forgetTxIDs(keys)
+	return err
+}
+
 func (t *Tx) forgetTxIDs(keys [][]byte) (int, bool, error) {
 	for _, k := range keys {
 		if err := t.del(bTxGoneAt, k); err != nil {

@@ -1839,8 +1839,9 @@ func (t *Tx) deletePartitionData(p *Partition) error {
 	return t.del(bParts, key8(p.QueueID, []byte(p.Name)))
 }
 
-// DeleteQueue removes a queue with all its partitions, consumer state and
-// dead letters. Subscription records are kept (they are keyed by name).
+// DeleteQueue removes a queue with all its partitions, consumer state, dead
+// letters and the memory of its deleted transaction ids. Subscription
+// records are kept (they are keyed by name).
 func (t *Tx) DeleteQueue(q *Queue) error {
 	var parts []*Partition
 	if err := t.ForEachPartition(q.ID, "", func(p *Partition) (bool, error) {
@@ -1858,6 +1859,9 @@ func (t *Tx) DeleteQueue(q *Queue) error {
 		if err := t.deletePrefix(b, be64(q.ID)); err != nil {
 			return err
 		}
+	}
+	if err := t.forgetQueueTxIDs(q.ID); err != nil {
+		return err
 	}
 	if err := t.deleteStreamStateOf(q.Name); err != nil {
 		return err
