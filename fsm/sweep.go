@@ -127,9 +127,10 @@ func applySweep(a *applier, c *Sweep) any {
 	return res
 }
 
-// ExpireLeasesResult reports how many lease records a sweep cleared, and
-// the lease id the next sweep should inspect from (zero: the inspection
-// reached the end of the index, so the next starts over from the oldest).
+// ExpireLeasesResult reports how many lease index entries a sweep cleared
+// (a superseded lease's included), and the lease id the next sweep should
+// inspect from (zero: the inspection reached the end of the index, so the
+// next starts over from the oldest).
 type ExpireLeasesResult struct {
 	Cleared uint64
 	More    bool
@@ -169,6 +170,10 @@ func applyExpireLeases(a *applier, c *ExpireLeases) any {
 	}))
 	for _, h := range stale {
 		must(a.tx.UnindexLease(h.lease, h.pid, h.group))
+		// Counted whether or not the group still holds it: the runner
+		// reads Cleared as progress, and a step that only dropped entries
+		// of superseded leases made as much as any.
+		res.Cleared++
 		g := must1(a.tx.Group(h.pid, h.group))
 		if g == nil || g.LeaseID != h.lease {
 			continue
@@ -180,7 +185,6 @@ func applyExpireLeases(a *applier, c *ExpireLeases) any {
 				a.events.touch(q.Name)
 			}
 		}
-		res.Cleared++
 	}
 	return res
 }

@@ -81,3 +81,72 @@ func (c *leaseCounting) Propose(ctx context.Context, cmd fsm.Command) (any, uint
 	}
 	return res, idx, err
 }
+
+// A pop that leases a partition again after its lease expired keeps the
+// old lease in the index until the lease sweep (fsm.SupersedeLease). The
+// sweep removed such entries but did not count them in its result's
+// Cleared, which is what the runner reads as progress: a step that removed
+// a full batch of them looked like one that removed nothing, so the tick
+// ended after it and the sweep drained LeaseBatch entries a LeaseInterval
+// (1000 every 30 s by default), less than a cluster whose consumers let
+// leases lapse can make, so the index grew without bound, and
+// crown_sweep_leases_cleared_total stayed 0.
+func TestRunnerLeaseSweepDrainsSupersededLeasesInOneTick(t *testing.T) {
+	f, err := fsm.Open(fsm.Config{Dir: t.TempDir(), NodeID: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	start := time.Now().Add(-time.Hour)
+	p := &fsmProposer{t: t, f: f, now: start}
+	o := fsm.DefaultOptions(segments.OriginConfigure)
+	o.LeaseTime = 3600
+	p.apply(&fsm.Configure{Queue: "q", Options: o})
+	const parts = 6
+	var items []fsm.PushItem
+	for i := range parts {
+		items = append(items, fsm.PushItem{Queue: "q", Partition: fmt.Sprintf("p%d", i), TxID: fmt.Sprintf("t%d", i), Payload: []byte(`1`)})
+	}
+	p.apply(&fsm.Push{Items: items})
+	lease := func(part string, seconds int64) {
+		t.Helper()
+		res := p.apply(&fsm.Lease{Scope: fsm.ScopeSpecific, Queue: "q", Partition: part, Group: "g",
+			Batch: 1, MaxPartitions: 1, LeaseSeconds: seconds})
+		if lr, ok := res[0].(*fsm.LeaseResult); !ok || len(lr.Partitions) != 1 {
+			t.Fatalf("lease of %s: %T %+v", part, res[0], res[0])
+		}
+	}
+	// Each partition's first lease lapses and the partition is leased
+	// again for an hour: six superseded entries, then six live ones.
+	for i := range parts {
+		lease(fmt.Sprintf("p%d", i), 1)
+	}
+	p.now = p.now.Add(2 * time.Second)
+	for i := range parts {
+		lease(fmt.Sprintf("p%d", i), 3600)
+	}
+	p.now = time.Now() // the superseded leases lapsed an hour ago, past any grace
+	const grace = time.Minute
+	if due, _, err := f.LeasesDue(time.Now().UnixMicro(), grace.Microseconds(), 1000, [16]byte{}); err != nil || !due {
+		t.Fatalf("superseded leases not due for the sweep: %v %v", due, err)
+	}
+
+	var cmds atomic.Int32
+	counting := &leaseCounting{inner: wallProposer{p}, on: func(*fsm.ExpireLeasesResult) { cmds.Add(1) }}
+	// LeaseBatch 2: three commands hold the six superseded entries; the
+	// tick proposes them one after another, as it does for live records.
+	const interval = 500 * time.Millisecond
+	r, reg := newRunner(t, maintenance.Config{RetentionInterval: time.Hour, LeaseInterval: interval,
+		LeaseBatch: 2, LeaseGrace: grace}, counting, f)
+	r.SetLeader(true)
+	waitFor(t, "the first lease sweep", 5*time.Second, func() bool { return cmds.Load() > 0 })
+	time.Sleep(interval / 2) // the first tick is over, the second not yet due
+	due, _, err := f.LeasesDue(time.Now().UnixMicro(), grace.Microseconds(), 1000, [16]byte{})
+	r.Close()
+	if err != nil || due {
+		t.Fatalf("superseded leases left in the index after the first tick's %d commands (%v)", cmds.Load(), err)
+	}
+	if v := metric(t, reg, "crown_sweep_leases_cleared_total"); v != parts {
+		t.Fatalf("crown_sweep_leases_cleared_total %v, want %d", v, parts)
+	}
+}
