@@ -329,9 +329,14 @@ func (s *Server) handleClusterRemove(w http.ResponseWriter, r *http.Request) {
 		// A leader that removes itself stops its Raft once the change
 		// commits and can commit nothing after it, so the registry entry
 		// went first; should the removal fail, the node registers itself
-		// again within a second (KeepRegistered).
+		// again at once: KeepRegistered would wait out the quiet period
+		// after its last registration (up to 15 s), and meanwhile the
+		// followers could not find the leader's HTTP address to forward to.
 		if err := s.cluster.RemoveServer(id, 10*time.Second); err != nil {
 			s.leaving.Store(false)
+			if rerr := s.register(r.Context()); rerr != nil {
+				s.log.Warn("registering again after a failed removal of this node", "error", rerr)
+			}
 			writeError(w, membershipError(err))
 			return
 		}
