@@ -14,11 +14,16 @@ import (
 )
 
 // registered reports whether the replicated registry holds this node's
-// current addresses.
+// current addresses, or that it cannot tell now (the state unreadable):
+// either way there is nothing to register this tick.
 func (s *Server) registered() bool {
 	nodes, err := s.state.Nodes()
 	if err != nil {
-		return false
+		// Unknown, not absent: the state is being replaced (a snapshot
+		// restore) or closed. Registering then appended a RegisterNode
+		// entry that changed nothing, just after a follower installed a
+		// snapshot; the next tick looks again.
+		return true
 	}
 	for _, n := range nodes {
 		if n.ID == s.cfg.NodeID {
