@@ -31,12 +31,7 @@ type LeaseCapped struct {
 func (*LeaseCapped) Type() Type { return TypeLeaseCapped }
 
 // Validate checks the command's limits.
-func (c *LeaseCapped) Validate() error {
-	if len(c.Principal) > MaxNameBytes {
-		return &NameError{Field: "principal", Len: len(c.Principal)}
-	}
-	return c.Lease.Validate()
-}
+func (c *LeaseCapped) Validate() error { return validateLeaseBy(&c.Lease, c.Principal) }
 
 func applyLeaseCapped(a *applier, c *LeaseCapped) any {
 	return a.lease(&c.Lease, c.Principal, c.MaxBytes)

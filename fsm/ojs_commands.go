@@ -240,11 +240,14 @@ func (c *TransactionAs) Validate() error {
 }
 
 // Validate checks the command's limits.
-func (c *LeaseAs) Validate() error {
-	if len(c.Principal) > MaxNameBytes {
-		return &NameError{Field: "principal", Len: len(c.Principal)}
+func (c *LeaseAs) Validate() error { return validateLeaseBy(&c.Lease, c.Principal) }
+
+// validateLeaseBy checks a pop by principal (LeaseAs, LeaseCapped).
+func validateLeaseBy(l *Lease, principal string) error {
+	if len(principal) > MaxNameBytes {
+		return &NameError{Field: "principal", Len: len(principal)}
 	}
-	return c.Lease.Validate()
+	return l.Validate()
 }
 
 // Validate checks the command's limits.
