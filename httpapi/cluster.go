@@ -276,6 +276,23 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if !s.onLeader(w, r, body, func() error {
+		// A removed node keeps running, and until it notices the removal
+		// it still knows this leader: its registration would put it back
+		// in the registry the removal has just cleaned.
+		members, err := s.cluster.Members()
+		if err != nil {
+			return err
+		}
+		for _, x := range members {
+			if x.ID == m.ID {
+				return nil
+			}
+		}
+		return fmt.Errorf("%w: %q is not a member of the cluster; add it first (crownctl cluster add)", raftnode.ErrConflict, m.ID)
+	}) {
+		return
+	}
 	if _, ok := s.commit(w, r, body, &fsm.RegisterNode{ID: m.ID, RaftAddr: m.RaftAddr, HTTPAddr: m.HTTPAddr}); !ok {
 		return
 	}

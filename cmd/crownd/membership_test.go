@@ -25,6 +25,10 @@ func removeWithoutQuorum(t *testing.T, ctx context.Context, c *tc.Cluster) (lead
 	if werr != nil {
 		t.Fatal(werr)
 	}
+	// Every member registered first: the registry entry the removal
+	// leaves behind is what a repeat must finish (a node that registered
+	// only after its removal used to stand in for it).
+	clusterWaitMembers(t, ctx, c.Nodes(), 3, "")
 	followers := clusterFollowers(c, leader)
 	removed, down = followers[0], followers[1]
 	down.Kill()
