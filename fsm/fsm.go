@@ -633,3 +633,15 @@ func writeFileSync(path string, b []byte) error {
 	}
 	return out.Close()
 }
+
+// SnapshotHeld measures the segment files only the snapshots in dirs
+// (newest first) still hold: what reaping or retaking them would free
+// (raftnode's reclaim).
+func (f *FSM) SnapshotHeld(dirs []string) (segments.SnapshotHeld, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.store == nil {
+		return segments.SnapshotHeld{}, f.closedErr()
+	}
+	return f.store.SnapshotHeld(dirs)
+}

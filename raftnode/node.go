@@ -66,6 +66,11 @@ type Config struct {
 	TrailingLogs      uint64
 	TrailingLogBytes  uint64
 	MaxAppendEntries  int // default 256
+	// ReclaimBytes: a quiet node whose snapshots hold this many bytes of
+	// segment files the store no longer uses takes them back (reclaim.go),
+	// checking every ReclaimCheck (default 30 s). 0: never.
+	ReclaimBytes uint64
+	ReclaimCheck time.Duration
 
 	Proposer ProposerConfig
 }
@@ -84,6 +89,7 @@ func (c *Config) defaults() {
 	def(&c.TransportTimeout, 10*time.Second)
 	def(&c.SnapshotInterval, 30*time.Second)
 	def(&c.SnapshotLogCheck, time.Second)
+	def(&c.ReclaimCheck, 30*time.Second)
 	if c.SnapshotLogBytes == 0 {
 		c.SnapshotLogBytes = 256 << 20
 	}
@@ -122,7 +128,8 @@ type Node struct {
 	appendLog *leaderAppendStore    // in front of pieces: the leader's writes overlap replication
 	logPath   string                // logStore's file
 	logs      raft.LogStore         // the log as Raft reads it: its cache in front of appendLog
-	floor     startFloor            // the log's last command at start (startfloor.go)
+	snaps     *linkingStore
+	floor     startFloor // the log's last command at start (startfloor.go)
 	proposer  *Proposer
 
 	notifyCh chan bool
@@ -252,7 +259,7 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	}
 	cleanup = append(cleanup, func() { trans.Close() })
 
-	n := &Node{cfg: cfg, log: log, fsm: f, counted: &logBytesFSM{FSM: f, sizes: newEntrySizes(cfg.TrailingLogs), durable: appendLog.waitDurable}, transport: trans, logStore: store, pieces: pieces, appendLog: appendLog, logPath: logPath, logs: logs, floor: floor,
+	n := &Node{cfg: cfg, log: log, fsm: f, counted: &logBytesFSM{FSM: f, sizes: newEntrySizes(cfg.TrailingLogs), durable: appendLog.waitDurable}, transport: trans, logStore: store, pieces: pieces, appendLog: appendLog, logPath: logPath, logs: logs, snaps: snaps, floor: floor,
 		notifyCh: make(chan bool, 16), obsCh: make(chan raft.Observation, 64), joinCh: make(chan leadershipJoin),
 		stopped: make(chan struct{})}
 	n.leaderView, n.endLeaderView = context.WithCancel(context.Background())

@@ -176,11 +176,13 @@ func (n *Node) voterRank() (int, int) {
 func (n *Node) snapshotOnLogBytes() {
 	tick := time.NewTicker(n.cfg.SnapshotLogCheck)
 	defer tick.Stop()
+	rec := reclaimer{next: time.Now().Add(n.cfg.ReclaimCheck)}
 	for {
 		select {
 		case <-n.stopped:
 			return
-		case <-tick.C:
+		case now := <-tick.C:
+			n.maybeReclaim(&rec, now)
 		}
 		n.boundTrailingLog()
 		pending := n.counted.sinceSnapshot()

@@ -45,7 +45,52 @@ func newLinkingStore(base string, retain int, logger hclog.Logger) (*linkingStor
 			return nil, fmt.Errorf("remove interrupted snapshot: %w", err)
 		}
 	}
+	if err := s.removeUnreadable(logger); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// removeUnreadable removes the snapshots whose metadata does not read and
+// that are older than the newest readable one. The file store skips them
+// (a warning each time it lists) but never reaps them, and their links
+// kept dead segment files on disk for good; Raft can use neither them nor
+// anything older than the snapshot it restores from. One newer than every
+// readable snapshot stays, for an operator to look at: the node may need
+// it (checkLogStart says so).
+func (s *linkingStore) removeUnreadable(logger hclog.Logger) error {
+	list, err := s.List()
+	if err != nil || len(list) == 0 {
+		return err
+	}
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return fmt.Errorf("list snapshots: %w", err)
+	}
+	newest := list[0]
+	readable := make(map[string]bool, len(list))
+	for _, m := range list {
+		readable[m.ID] = true
+	}
+	for _, e := range entries {
+		var term, index, ms uint64
+		if !e.IsDir() || readable[e.Name()] {
+			continue
+		}
+		// The file store names a snapshot term-index-milliseconds.
+		if n, _ := fmt.Sscanf(e.Name(), "%d-%d-%d", &term, &index, &ms); n != 3 || fmt.Sprintf("%d-%d-%d", term, index, ms) != e.Name() {
+			continue
+		}
+		if term > newest.Term || (term == newest.Term && index >= newest.Index) {
+			continue
+		}
+		logger.Warn("removing a snapshot whose metadata does not read, older than the newest readable one",
+			"snapshot", e.Name(), "newest", newest.ID)
+		if err := os.RemoveAll(filepath.Join(s.dir, e.Name())); err != nil {
+			return fmt.Errorf("remove unreadable snapshot %s: %w", e.Name(), err)
+		}
+	}
+	return nil
 }
 
 // Create starts a snapshot. The file store writes it into "<id>.tmp" and

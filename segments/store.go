@@ -12,8 +12,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -274,8 +272,8 @@ func openBlobs(db *bolt.DB, path string, gens []uint64, o StoreOptions) (*blobSe
 		return nil, fmt.Errorf("list blob files: %w", err)
 	}
 	for _, e := range entries {
-		no, err := strconv.ParseUint(strings.TrimSuffix(e.Name(), ".seg"), 16, 64)
-		if _, ok := recs[no]; ok && err == nil && e.Name() == blobFileName(no) {
+		no, named := parseBlobFileName(e.Name())
+		if _, ok := recs[no]; ok && named {
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(s.dir, e.Name())); err != nil {

@@ -127,6 +127,7 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	fs.Uint64Var(&c.Raft.SnapshotThreshold, "raft-snapshot-threshold", 65536, "take a snapshot once this many log entries were applied since the last one, whatever their size (checked every 30 s)")
 	fs.Uint64Var(&c.Raft.TrailingLogs, "raft-trailing-logs", 16384, "log entries kept after a snapshot so a restarted node catches up from the log")
 	fs.Uint64Var(&c.Raft.TrailingLogBytes, "raft-trailing-log-bytes", 256<<20, "at most this many bytes of those entries: fewer are kept when the newest are large (one at least)")
+	fs.Uint64Var(&c.Raft.ReclaimBytes, "raft-snapshot-reclaim-bytes", 16<<20, "on a node that applied under 1 MiB of log in the last 30 s, once its snapshots hold this many bytes of segment files the store no longer uses (emptied by retention, acknowledgment or a deletion): take a snapshot and keep only it, so their space comes back (0: wait for the snapshots traffic brings)")
 	fs.IntVar(&c.Raft.Proposer.MaxInflight, "commit-inflight", 1, "group commit: log entries in flight at once; requests arriving meanwhile share the next entry")
 	fs.DurationVar(&c.Raft.Proposer.Linger, "commit-linger", raftnode.DefaultLinger, "group commit: how long an under-full entry may wait, while the node is busy, for the clients the previous entry answered to come back (negative: never)")
 	// The usage answers --help on stdout (exit 0) and follows a bad
