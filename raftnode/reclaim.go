@@ -1,8 +1,10 @@
 package raftnode
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -63,8 +65,6 @@ func (n *Node) reclaim() error {
 	if held.Total() < int64(n.cfg.ReclaimBytes) {
 		return nil
 	}
-	n.log.Info("taking back the space of segment files only snapshots hold", "bytes", held.Total(),
-		"in_newest_snapshot", held.Newest)
 	if held.Newest > 0 {
 		// A file dies in an apply, after the snapshot that links it, so
 		// there is always something new to snapshot here; should there
@@ -80,7 +80,14 @@ func (n *Node) reclaim() error {
 	if err != nil {
 		return err
 	}
-	n.log.Info("space held by snapshots taken back", "bytes", held.Total()-after.Total(), "still_held", after.Total())
+	// Nothing freed (a newest snapshot with nothing new to take after
+	// it) would say so every check: not worth an info line each time.
+	lvl := slog.LevelInfo
+	if after.Total() >= held.Total() {
+		lvl = slog.LevelDebug
+	}
+	n.log.Log(context.Background(), lvl, "took back the space of segment files only snapshots held",
+		"bytes", held.Total()-after.Total(), "still_held", after.Total())
 	return nil
 }
 
