@@ -231,21 +231,61 @@ func (f *FSM) checkCrash() error {
 	}
 	var m marker
 	if err := json.Unmarshal(b, &m); err != nil {
-		f.log.Warn("state marker unreadable; discarding state database", "error", err)
-		return f.discard()
+		return f.discard("state marker unreadable; setting the state database aside to rebuild it from snapshot and log", "error", err)
 	}
 	if !m.Clean && m.BootID != f.cfg.BootID && !m.Synced {
-		f.log.Warn("machine restarted while the state database was open without fsync; discarding it to rebuild from snapshot and log",
+		return f.discard("machine restarted while the state database was open without fsync; setting it aside to rebuild it from snapshot and log",
 			"previous_boot", m.BootID, "boot", f.cfg.BootID)
-		return f.discard()
 	}
 	return nil
 }
 
-func (f *FSM) discard() error {
-	if err := segments.RemoveStore(f.dbPath()); err != nil {
-		return fmt.Errorf("discard state database: %w", err)
+// discard sets a state database that may be torn aside (the state
+// directory renamed to DiscardedDir), for raftnode to rebuild the state
+// from the newest snapshot and the log. Moved, not removed: raftnode's
+// checks that the snapshot and the log the rebuild needs are there come
+// after this, and should they fail the node stops with the old database
+// still on disk, the operator's way back. raftnode drops it
+// (DropDiscarded) once the rebuild has what it needs. The move costs
+// little space: the segment files are mostly hard-linked by the
+// snapshots the rebuild restores.
+func (f *FSM) discard(why string, args ...any) error {
+	aside := f.DiscardedDir()
+	if _, err := os.Stat(aside); err == nil {
+		// An earlier start set a database aside and stopped before its
+		// rebuild had what it needs: that copy is the one to keep, and
+		// this directory holds only what the failed start made.
+		f.log.Warn(why+"; keeping the copy an earlier start set aside", append(args, "kept", aside)...)
+		if err := segments.RemoveStore(f.dbPath()); err != nil {
+			return fmt.Errorf("discard state database: %w", err)
+		}
+		return nil
 	}
+	f.log.Warn(why, append(args, "moved_to", aside)...)
+	if err := os.Rename(f.cfg.Dir, aside); err != nil {
+		return fmt.Errorf("set the state database aside: %w", err)
+	}
+	if err := os.MkdirAll(f.cfg.Dir, 0o755); err != nil {
+		return fmt.Errorf("create state directory: %w", err)
+	}
+	return segments.SyncDir(filepath.Dir(f.cfg.Dir))
+}
+
+// DiscardedDir is where a state database that may be torn is set aside
+// (discard).
+func (f *FSM) DiscardedDir() string { return filepath.Clean(f.cfg.Dir) + ".discarded" }
+
+// DropDiscarded removes the state database discard set aside, if any: the
+// node calls it once the state's rebuild has the snapshot and log it needs.
+func (f *FSM) DropDiscarded() error {
+	aside := f.DiscardedDir()
+	if _, err := os.Stat(aside); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := os.RemoveAll(aside); err != nil {
+		return fmt.Errorf("remove the state database set aside: %w", err)
+	}
+	f.log.Info("removed the state database set aside; the state is rebuilt from snapshot and log", "dir", aside)
 	return nil
 }
 

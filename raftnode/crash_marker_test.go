@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -154,5 +155,70 @@ func TestStorageMarkerIsUncleanBeforeOpenWritesTheStateFile(t *testing.T) {
 	}
 	if m.Clean {
 		t.Errorf("state file rewritten without fsync (bbolt transaction %d -> %d) while the marker says %s: after a machine crash here the next boot trusts it", before, after, b)
+	}
+}
+
+// After a machine crash the state set aside is dropped once the node has
+// what the rebuild needs, and kept, named in the error, when it has not:
+// here the snapshots the compacted log relies on are gone, so the node
+// cannot start, and the state it had is still on disk. Before, the state
+// file was removed before the snapshots were looked at.
+func TestStorageStateSetAsideUntilTheRebuildHasWhatItNeeds(t *testing.T) {
+	dir := t.TempDir()
+	cfg := fastConfig("n1", freeAddr(t), dir, nil)
+	cfg.TrailingLogs = 1
+	f, err := fsm.Open(fsm.Config{Dir: filepath.Join(dir, "state"), NodeID: "n1", BootID: "boot-A"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n, err := New(cfg, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn := &testNode{id: "n1", addr: cfg.RaftAddr, dir: dir, fsm: f, node: n}
+	snapshotAfterPushes(t, tn, 10)
+	for i := range 3 {
+		if _, _, err := n.Propose(context.Background(), push("q", fmt.Sprintf("after%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	start := func(withSnapshots bool) (*fsm.FSM, string, error) {
+		crashed := filepath.Join(t.TempDir(), "node")
+		copyTreeAsCrashed(t, dir, crashed)
+		if !withSnapshots {
+			if err := os.RemoveAll(filepath.Join(crashed, "raft", "snapshots")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		g, err := fsm.Open(fsm.Config{Dir: filepath.Join(crashed, "state"), NodeID: "n1", BootID: "boot-B"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { g.Close() })
+		c := cfg
+		c.DataDir, c.RaftAddr = crashed, freeAddr(t)
+		m, err := New(c, g)
+		if err == nil {
+			t.Cleanup(func() { m.Shutdown() })
+		}
+		return g, g.DiscardedDir(), err
+	}
+	_, aside, err := start(false)
+	if err == nil || !strings.Contains(err.Error(), aside) {
+		t.Fatalf("start without the snapshots: %v, want an error naming %s", err, aside)
+	}
+	if _, serr := os.Stat(filepath.Join(aside, "fsm.db")); serr != nil {
+		t.Fatalf("the state set aside is gone after the failed start: %v", serr)
+	}
+	_, aside, err = start(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, serr := os.Stat(aside); !os.IsNotExist(serr) {
+		t.Fatalf("the state set aside is still there after the node started: %v", serr)
 	}
 }

@@ -218,6 +218,9 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 		for i := len(cleanup) - 1; i >= 0; i-- {
 			cleanup[i]()
 		}
+		if _, serr := os.Stat(f.DiscardedDir()); serr == nil {
+			err = fmt.Errorf("%w (the state database this node had, set aside after a crash to be rebuilt, is kept in %s)", err, f.DiscardedDir())
+		}
 		return nil, err
 	}
 	// The cache serves replication and the apply from memory. Entries carry
@@ -311,6 +314,11 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	}
 	n.raft = r
 	running.Store(r)
+	// The rebuild of a state set aside has its snapshot and log: the old
+	// copy is no longer anyone's way back.
+	if err := f.DropDiscarded(); err != nil {
+		log.Warn("cannot remove the state database set aside; remove it by hand", "dir", f.DiscardedDir(), "error", err)
+	}
 	n.proposer = newProposer(cfg.Proposer, r, cfg.NodeID, cfg.Logger)
 	// A non-blocking observer never stalls Raft; an observation dropped on
 	// a full channel is harmless, since those queued ahead of it close the
