@@ -15,6 +15,23 @@ import (
 	"github.com/crownmq/crown/fsm"
 )
 
+// startUnderBoot starts a node whose state machine records boot as the
+// kernel's boot id. The caller shuts the node down (the crash it stages);
+// the state machine is closed, uncleanly or not, at the test's end.
+func startUnderBoot(t *testing.T, cfg Config, boot string) *testNode {
+	t.Helper()
+	f, err := fsm.Open(fsm.Config{Dir: filepath.Join(cfg.DataDir, "state"), NodeID: cfg.NodeID, BootID: boot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	n, err := New(cfg, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testNode{id: cfg.NodeID, addr: cfg.RaftAddr, dir: cfg.DataDir, fsm: f, node: n}
+}
+
 // copyTreeAsCrashed copies a data directory as a machine crash leaves it: the
 // files as they are, whatever process still has them open.
 func copyTreeAsCrashed(t *testing.T, from, to string) {
@@ -36,17 +53,8 @@ func copyTreeAsCrashed(t *testing.T, from, to string) {
 func TestStorageMachineCrashDiscardsUnsyncedStateWhateverTheNewSyncMode(t *testing.T) {
 	dir := t.TempDir()
 	cfg := fastConfig("n1", freeAddr(t), dir, nil)
-	stateDir := filepath.Join(dir, "state")
-	f, err := fsm.Open(fsm.Config{Dir: stateDir, NodeID: "n1", BootID: "boot-A"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	n, err := New(cfg, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tn := &testNode{id: "n1", addr: cfg.RaftAddr, dir: dir, fsm: f, node: n}
+	tn := startUnderBoot(t, cfg, "boot-A")
+	f, n := tn.fsm, tn.node
 	waitLeader(t, tn)
 	for i := 0; i < 5; i++ {
 		if _, _, err := n.Propose(context.Background(), push("q", fmt.Sprintf("c%d", i))); err != nil {
@@ -167,16 +175,8 @@ func TestStorageStateSetAsideUntilTheRebuildHasWhatItNeeds(t *testing.T) {
 	dir := t.TempDir()
 	cfg := fastConfig("n1", freeAddr(t), dir, nil)
 	cfg.TrailingLogs = 1
-	f, err := fsm.Open(fsm.Config{Dir: filepath.Join(dir, "state"), NodeID: "n1", BootID: "boot-A"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	n, err := New(cfg, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tn := &testNode{id: "n1", addr: cfg.RaftAddr, dir: dir, fsm: f, node: n}
+	tn := startUnderBoot(t, cfg, "boot-A")
+	n := tn.node
 	snapshotAfterPushes(t, tn, 10)
 	for i := range 3 {
 		if _, _, err := n.Propose(context.Background(), push("q", fmt.Sprintf("after%d", i))); err != nil {
