@@ -226,15 +226,15 @@ func (m *metrics) instrument(route string, h http.HandlerFunc) http.Handler {
 // clusterCollector exports the replicated lifetime counters (identical on
 // every node: aggregate with max, not sum) and this node's Raft position.
 type clusterCollector struct {
-	s                                            *Server
-	counters                                     []*prometheus.Desc // in counterNames order
-	ack, applied, commit, leader, term, logBytes *prometheus.Desc
-	firstIndex, trailingLogs, logFileBytes       *prometheus.Desc
-	entries, commands, lingered                  *prometheus.Desc
-	dlqDepth, dlqByQueue                         *prometheus.Desc
-	ackResolved, ackRefused                      *prometheus.Desc
-	stateCommits, statePages                     *prometheus.Desc
-	popLooks                                     *prometheus.Desc
+	s                                                    *Server
+	counters                                             []*prometheus.Desc // in counterNames order
+	ack, applied, commit, leader, term, logBytes         *prometheus.Desc
+	firstIndex, trailingLogs, logFileBytes, snapshotHeld *prometheus.Desc
+	entries, commands, lingered                          *prometheus.Desc
+	dlqDepth, dlqByQueue                                 *prometheus.Desc
+	ackResolved, ackRefused                              *prometheus.Desc
+	stateCommits, statePages                             *prometheus.Desc
+	popLooks                                             *prometheus.Desc
 }
 
 var counterNames = []string{
@@ -259,6 +259,8 @@ func newClusterCollector(s *Server) *clusterCollector {
 		trailingLogs: prometheus.NewDesc("crown_raft_trailing_logs",
 			"Log entries the next snapshot leaves behind: --raft-trailing-logs, fewer when the newest exceed --raft-trailing-log-bytes.", nil, nil),
 		logFileBytes: prometheus.NewDesc("crown_raft_log_file_bytes", "Size of this node's Raft log file (raft/log.db) on disk.", nil, nil),
+		snapshotHeld: prometheus.NewDesc("crown_snapshot_held_bytes",
+			"Bytes of segment files the state no longer uses that this node's snapshots still hold; a quiet node takes them back from --raft-snapshot-reclaim-bytes.", nil, nil),
 		entries: prometheus.NewDesc("crown_commit_entries_total",
 			"Raft log entries this node proposed as leader (group commit: many requests per entry).", nil, nil),
 		commands: prometheus.NewDesc("crown_commit_commands_total",
@@ -294,7 +296,7 @@ func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	for _, d := range []*prometheus.Desc{c.ack, c.applied, c.commit, c.leader, c.term, c.logBytes, c.firstIndex, c.trailingLogs,
-		c.logFileBytes, c.entries, c.commands, c.lingered, c.dlqDepth, c.dlqByQueue, c.ackResolved, c.ackRefused,
+		c.logFileBytes, c.snapshotHeld, c.entries, c.commands, c.lingered, c.dlqDepth, c.dlqByQueue, c.ackResolved, c.ackRefused,
 		c.stateCommits, c.statePages, c.popLooks} {
 		ch <- d
 	}
@@ -343,6 +345,7 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.firstIndex, prometheus.GaugeValue, float64(ls.FirstIndex))
 	ch <- prometheus.MustNewConstMetric(c.trailingLogs, prometheus.GaugeValue, float64(ls.TrailingLogs))
 	ch <- prometheus.MustNewConstMetric(c.logFileBytes, prometheus.GaugeValue, float64(ls.FileBytes))
+	ch <- prometheus.MustNewConstMetric(c.snapshotHeld, prometheus.GaugeValue, float64(ls.SnapshotHeldBytes))
 	ch <- prometheus.MustNewConstMetric(c.entries, prometheus.CounterValue, float64(st.ProposedEntries))
 	ch <- prometheus.MustNewConstMetric(c.commands, prometheus.CounterValue, float64(st.ProposedCommands))
 	ch <- prometheus.MustNewConstMetric(c.lingered, prometheus.CounterValue, float64(st.Lingered))

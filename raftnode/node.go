@@ -577,6 +577,9 @@ type LogStorage struct {
 	// (trailing.go), and FileBytes the size of the log's file on disk:
 	// bbolt's file only grows, reusing the pages compaction frees.
 	FirstIndex, TrailingLogs, FileBytes uint64
+	// SnapshotHeldBytes is the segment files only the snapshots still
+	// hold, which a reclaim would free (reclaim.go); 0 when unreadable.
+	SnapshotHeldBytes uint64
 }
 
 // LogStorage reads the log's extent. It opens a read transaction and
@@ -587,6 +590,9 @@ func (n *Node) LogStorage() LogStorage {
 	ls.TrailingLogs = n.raft.ReloadableConfig().TrailingLogs
 	if fi, err := os.Stat(n.logPath); err == nil {
 		ls.FileBytes = uint64(fi.Size())
+	}
+	if held, err := n.snapshotHeld(); err == nil {
+		ls.SnapshotHeldBytes = uint64(held.Total())
 	}
 	return ls
 }

@@ -153,6 +153,9 @@ func TestReclaimMeasuresAndFrees(t *testing.T) {
 	if held.Total() != size {
 		t.Fatalf("held %d bytes, the distinct dead files hold %d", held.Total(), size)
 	}
+	if ls := n.node.LogStorage(); ls.SnapshotHeldBytes != uint64(size) {
+		t.Fatalf("LogStorage (crown_snapshot_held_bytes) says %d bytes held, want %d", ls.SnapshotHeldBytes, size)
+	}
 	// Disabled: nothing happens however long it waits.
 	rec := reclaimer{}
 	n.node.maybeReclaim(&rec, time.Now())
@@ -164,6 +167,9 @@ func TestReclaimMeasuresAndFrees(t *testing.T) {
 	}
 	if d, s := deadSnapshotFiles(t, dir); len(d) != 0 || s != 1 {
 		t.Fatalf("after reclaim: dead files %v, %d snapshots", d, s)
+	}
+	if ls := n.node.LogStorage(); ls.SnapshotHeldBytes != 0 {
+		t.Fatalf("LogStorage says %d bytes held after the reclaim", ls.SnapshotHeldBytes)
 	}
 }
 
