@@ -54,8 +54,10 @@ var (
 )
 
 // storeBuckets is every bucket a store has: the state's, then the physical
-// accounting of its blob files.
-var storeBuckets = append(allBuckets[:len(allBuckets):len(allBuckets)], bucketFiles)
+// accounting of its blob files and the indexes derived from the state
+// (tagindex.go), none of which the digest hashes.
+var storeBuckets = append(allBuckets[:len(allBuckets):len(allBuckets)], bucketFiles,
+	bucketQueueNS, bucketQueueTask, bucketQueueTags)
 
 // allBuckets lists every bucket of the state in a fixed order. The order
 // matters for the state digest, which must be identical on every node.
@@ -82,7 +84,7 @@ var (
 	metaSchema    = []byte("schema")     // layout version
 	metaCounters  = []byte("counters")   // lifetime counters, u64 each
 	metaEventSeq  = []byte("qevent_seq") // last queue-event number
-	schemaVersion = uint64(8)            // 2: segment blobs in files beside the database; 3: txid index keyed by queue, values the offset alone; 4: partition records hold their newest segment references; 5: packed; 6: IDsIndexedFrom; 7: blocks of references in the segments bucket; 8: compact partition records
+	schemaVersion = uint64(9)            // 2: segment blobs in files beside the database; 3: txid index keyed by queue, values the offset alone; 4: partition records hold their newest segment references; 5: packed; 6: IDsIndexedFrom; 7: blocks of references in the segments bucket; 8: compact partition records; 9: the queue tag index
 )
 
 // nameKey keys a row by a name that may be empty (bbolt refuses empty keys;

@@ -295,7 +295,9 @@ func adoptReceived(path string, gen uint64, got map[uint64]uint64, durable bool)
 			if u64(v) == 2 && bytes.Equal(name, bucketTxIDs) {
 				name = bucketTxIDsV2
 			}
-			if tx.Bucket(name) == nil && !addedLater(name) {
+			// A file of an older schema has no derived index yet:
+			// opening it builds them (tagindex.go).
+			if tx.Bucket(name) == nil && !addedLater(name) && !(derived(name) && u64(v) < schemaTagIndex) {
 				return fmt.Errorf("bucket %s missing: %w", name, ErrCorrupt)
 			}
 		}

@@ -133,6 +133,7 @@ func openWithMigrationBatch(path string, o StoreOptions, batch int) (*Store, err
 		return nil, err
 	}
 	migrate := false
+	tagged := -1 // queues the tag index was built for on open; -1: not built
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range storeBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
@@ -140,7 +141,20 @@ func openWithMigrationBatch(path string, o StoreOptions, batch int) (*Store, err
 			}
 		}
 		meta := tx.Bucket(bucketMeta)
-		if v := meta.Get(metaSchema); v == nil {
+		v := bytes.Clone(meta.Get(metaSchema))
+		if len(v) == 8 && u64(v) >= 2 && u64(v) < schemaTagIndex {
+			// Files before schema 9 have no tag index (tagindex.go): it
+			// is built here, and schema 9 recorded in the same
+			// transaction (below; for schema 2, at the end of its
+			// migration), so a crash before then leaves the old schema,
+			// whose next open builds the index again.
+			n, err := rebuildQueueTagIndex(tx)
+			if err != nil {
+				return err
+			}
+			tagged = n
+		}
+		if v == nil {
 			if err := meta.Put(metaSchema, be64(schemaVersion)); err != nil {
 				return err
 			}
@@ -158,6 +172,9 @@ func openWithMigrationBatch(path string, o StoreOptions, batch int) (*Store, err
 			// idmark.go), and references moved to the bucket as blocks
 			// (refblock.go). Recording 8 keeps older builds, which would
 			// misread such a record or block, from opening the file.
+			// Schema 8 is schema 9 without the tag index, built above;
+			// recording 9 keeps older builds, which would not maintain
+			// it, from opening the file and leaving it stale.
 			if err := meta.Put(metaSchema, be64(schemaVersion)); err != nil {
 				return err
 			}
@@ -192,11 +209,14 @@ func openWithMigrationBatch(path string, o StoreOptions, batch int) (*Store, err
 	}
 	s := &Store{db: db, path: path, blobs: blobs, parts: newPartCache(partCacheMax), verifyCache: o.VerifyCache,
 		queues: newQueueCache(queueCacheMax), deferred: o.Defer}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if tagged >= 0 {
+		log.Info("built the queue tag index of an older state file", "state", path, "queues", tagged)
+	}
 	if migrate {
-		log := o.Logger
-		if log == nil {
-			log = slog.New(slog.DiscardHandler)
-		}
 		if err := s.migrateTxIDs(log.With("state", path), batch); err != nil {
 			s.Close()
 			return nil, err
@@ -826,6 +846,9 @@ const (
 	bTxGone
 	bTxGoneAt
 	bDiscoveryRR
+	bQueueNS
+	bQueueTask
+	bQueueTags
 )
 
 var bucketOrder = [...][]byte{
@@ -843,6 +866,8 @@ var bucketOrder = [...][]byte{
 	bTxGone: bucketTxGone, bTxGoneAt: bucketTxGoneAt,
 	// Round robin across the queues of discovery pops (discovery.go).
 	bDiscoveryRR: bucketDiscoveryRR,
+	// The queue tag index, derived from the queue records (tagindex.go).
+	bQueueNS: bucketQueueNS, bQueueTask: bucketQueueTask, bQueueTags: bucketQueueTags,
 }
 
 func newTx(btx *bolt.Tx, s *Store) *Tx {
@@ -1121,9 +1146,14 @@ func (t *Tx) CreateQueue(q *Queue) error {
 	return t.PutQueue(q)
 }
 
-// PutQueue stores an existing queue's record.
+// PutQueue stores a queue's record, and moves it in the tag index when its
+// namespace or task changed.
 func (t *Tx) PutQueue(q *Queue) error {
-	return t.put(bQueues, nameKey(q.Name), marshalMsgpack(q))
+	key := nameKey(q.Name)
+	if err := t.indexTags(q.Name, t.get(bQueues, key), q.Namespace, q.Task); err != nil {
+		return err
+	}
+	return t.put(bQueues, key, marshalMsgpack(q))
 }
 
 // ForEachQueue calls fn for every queue in name order until fn returns false.
@@ -1867,5 +1897,17 @@ func (t *Tx) DeleteQueue(q *Queue) error {
 	if err := t.del(bQueueIDs, be64(q.ID)); err != nil {
 		return err
 	}
-	return t.del(bQueues, nameKey(q.Name))
+	// The index entries are those of the stored tags, which a caller's
+	// copy of the record may no longer hold.
+	key := nameKey(q.Name)
+	if v := t.get(bQueues, key); v != nil {
+		tg, err := decodeTags(v)
+		if err != nil {
+			return fmt.Errorf("queue %q: %w", q.Name, err)
+		}
+		if err := t.unindexTags(q.Name, tg); err != nil {
+			return err
+		}
+	}
+	return t.del(bQueues, key)
 }

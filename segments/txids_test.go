@@ -38,6 +38,10 @@ func lookup(t *testing.T, tx *Tx, p *Partition, txid string) (TxRef, bool) {
 func checkFixtureIndex(t *testing.T, s *Store) {
 	t.Helper()
 	view(t, s, func(tx *Tx) error {
+		// Schema 2 had no tag index either: opening builds it.
+		if err := tx.CheckQueueTagIndex(); err != nil {
+			t.Error(err)
+		}
 		q, _ := tx.Queue("q")
 		p, _ := tx.Partition(q.ID, "p")
 		r, _ := tx.Partition(q.ID, "r")
