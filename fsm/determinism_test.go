@@ -73,6 +73,9 @@ func (g *generator) commit(cmds ...Command) []any {
 	r := g.m.f.ApplyBatch([]*raft.Log{l})[0]
 	g.rec.logs = append(g.rec.logs, l)
 	g.rec.digests = append(g.rec.digests, g.m.digest())
+	// The digest leaves the tag index out: check it after every entry,
+	// transactions rolled back included.
+	checkTagIndex(g.t, g.m.f)
 	g.rec.results = append(g.rec.results, r)
 	er, ok := r.(*EntryResult)
 	if !ok {
@@ -408,12 +411,14 @@ func TestDeterminismSnapshotRestore(t *testing.T) {
 	if last := events[len(events)-1]; !last.All || last.Index != uint64(half) {
 		t.Fatalf("restore event %+v", last)
 	}
+	checkTagIndex(t, e)
 	for i := half; i < len(rec.logs); i++ {
 		e.ApplyBatch(rec.logs[i : i+1])
 		if _, dg := digestOf(t, e); dg != rec.digests[i] {
 			t.Fatalf("entry %d after restore: digest differs", i+1)
 		}
 	}
+	checkTagIndex(t, e)
 	// A stream that is not a state database is refused and the state stays.
 	if err := e.Restore(io.NopCloser(bytes.NewReader([]byte("not a database")))); err == nil {
 		t.Fatal("garbage snapshot restored")
@@ -885,5 +890,14 @@ func TestDeterminismDeferredCommits(t *testing.T) {
 		if idx, d := digestOf(t, r); idx != uint64(at) || d != rec.digests[at-1] {
 			t.Fatalf("seed %d: the snapshot taken inside an open transaction restores to %d, digest differs: %v", seed, idx, d != rec.digests[at-1])
 		}
+	}
+}
+
+// checkTagIndex fails the test unless f's queue tag index is what a rebuild
+// from its queue records makes of it.
+func checkTagIndex(t testing.TB, f *FSM) {
+	t.Helper()
+	if err := f.View(func(tx *segments.Tx) error { return tx.CheckQueueTagIndex() }); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,8 +1,11 @@
 package fsm
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -143,6 +146,7 @@ func discoveryModelRun(t *testing.T, seed uint64) {
 			} else {
 				r = m.applyRecorded(&LeaseAs{Lease: l, Principal: principal})[0].(*LeaseResult)
 			}
+			checkTagIndex(t, m.f)
 			served := servedQueues(r)
 			if (pc.MinPopWait > 0 && pc.Deliverable != uint32(r.Count())) || (pc.Deliverable > 0) != (r.Count() > 0) {
 				t.Fatalf("step %d: the check counted %d, the pop took %d from %q (order %q)",
@@ -207,6 +211,22 @@ func discoveryModelRun(t *testing.T, seed uint64) {
 		if m.digest() != r.digest() {
 			t.Fatalf("a replay in batches of %d entries ends in another digest", size)
 		}
+		checkTagIndex(t, r.f)
+	}
+	// A node restored from a snapshot has the index too, and its next
+	// discovery pops claim what the others' do.
+	r := newMachine(t)
+	if err := r.f.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, m.f)))); err != nil {
+		t.Fatal(err)
+	}
+	checkTagIndex(t, r.f)
+	r.now, r.index = m.now, m.index
+	for _, sc := range scopes {
+		l := Lease{Scope: ScopeDiscovery, Namespace: sc[0], Task: sc[1], Group: "G", Batch: 3, MaxPartitions: 2, WindowBatch: 100}
+		if a, b := m.pop(l), r.pop(l); !reflect.DeepEqual(a, b) {
+			t.Fatalf("scope %q: the restored node claimed %+v, the other %+v", sc, b, a)
+		}
+		m.index, r.index = max(m.index, r.index), max(m.index, r.index)
 	}
 }
 

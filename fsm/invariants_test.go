@@ -28,6 +28,10 @@ func checkInvariants(tx *segments.Tx) error {
 	}
 	var problems []string
 	fail := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
+	// The tag index is derived: it must be what a rebuild makes of it.
+	if err := tx.CheckQueueTagIndex(); err != nil {
+		fail("%v", err)
+	}
 	err := tx.ForEachQueue(func(q *segments.Queue) (bool, error) {
 		if q2, _ := tx.QueueByID(q.ID); q2 == nil || q2.Name != q.Name {
 			fail("queue %q: id index", q.Name)

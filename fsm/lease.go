@@ -2,8 +2,6 @@ package fsm
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/crownmq/crown/segments"
 )
@@ -26,13 +24,12 @@ func (a *applier) lease(c *Lease, principal string, maxBytes uint64) any {
 	if must1(loadSetting(a.tx, settingPopMaintenance)).On {
 		return res
 	}
-	queues, rrFrom := candidateQueues(a.tx, c)
+	var single *segments.Queue // the queue of a wildcard or specific pop
 	if c.Scope != ScopeDiscovery {
-		for _, q := range queues {
-			if q.OJS != nil && !allowed(q.OJS.Limits.RestrictConsumers, q.OJS.Limits.Consumers, principal) {
-				res.Denied = q.Name
-				return res
-			}
+		single = must1(a.tx.Queue(c.Queue))
+		if q := single; q != nil && q.OJS != nil && !allowed(q.OJS.Limits.RestrictConsumers, q.OJS.Limits.Consumers, principal) {
+			res.Denied = q.Name
+			return res
 		}
 	}
 	a.recordFirstContact(c)
@@ -43,16 +40,17 @@ func (a *applier) lease(c *Lease, principal string, maxBytes uint64) any {
 		p.maxParts = 1
 	}
 	lastClaimed, claimedAny := "", false
-	for _, q := range queues {
+	rrFrom := forEachCandidateQueue(a.tx, c, single, func(q *segments.Queue) bool {
 		if p.done() {
-			break
+			return false
 		}
 		before := p.claimed
 		a.popGated(&p, q)
 		if p.claimed > before {
 			lastClaimed, claimedAny = q.Name, true
 		}
-	}
+		return !p.done()
+	})
 	a.readClaimed(&p)
 	// The smallest name after lastClaimed: the next discovery pop of the
 	// group on this scope starts at the queue after it. Unchanged (the
@@ -112,41 +110,30 @@ func (a *applier) popGated(p *popState, q *segments.Queue) {
 	a.popQueue(p, q)
 }
 
-// candidateQueues are the queues a pop's scope covers. A discovery pop
-// walks them in the group's round-robin order for its scope: from the queue
-// after the one it last claimed from, in name order, wrapping around, so
-// that busy queues cannot starve quiet ones (queen-api.md 4.5), as
-// forEachPartitionRR does for one queue's partitions. The pop check walks
-// them in the same order, so the batch it counts is the one a pop would
-// take. rrFrom is the stored pointer the walk started at ("" for other
-// scopes).
-func candidateQueues(tx *segments.Tx, c *Lease) (queues []*segments.Queue, rrFrom string) {
-	if c.Scope == ScopeDiscovery {
-		must(tx.ForEachQueue(func(q *segments.Queue) (bool, error) {
-			if (c.Namespace == "" || q.Namespace == c.Namespace) && (c.Task == "" || q.Task == c.Task) {
-				queues = append(queues, q)
-			}
-			return true, nil
-		}))
-		rrFrom = tx.DiscoveryFrom(c.Group, c.Namespace, c.Task)
-		return rotateFrom(queues, rrFrom), rrFrom
+// forEachCandidateQueue walks the queues a pop's scope covers until fn
+// returns false: single (nil when it does not exist) for a wildcard or
+// specific pop, the queues whose tags match for a discovery pop. A
+// discovery pop walks them in the group's round-robin order for its scope:
+// from the queue after the one it last claimed from, in name order,
+// wrapping around, so that busy queues cannot starve quiet ones
+// (queen-api.md 4.5), as forEachPartitionRR does for one queue's
+// partitions. The walk reads the tag index from the pointer on and stops
+// where the pop is done, so its cost follows the queues it visits, not
+// the queues stored. The pop check walks them in the same order, so the
+// batch it counts is the one a pop would take. It returns the stored
+// pointer the walk started at ("" for other scopes).
+func forEachCandidateQueue(tx *segments.Tx, c *Lease, single *segments.Queue, fn func(*segments.Queue) bool) (rrFrom string) {
+	if c.Scope != ScopeDiscovery {
+		if single != nil {
+			fn(single)
+		}
+		return ""
 	}
-	if q := must1(tx.Queue(c.Queue)); q != nil {
-		queues = append(queues, q)
-	}
-	return queues, ""
-}
-
-// rotateFrom reorders queues, which are in name order, to start at the first
-// named from or after, the ones before it following.
-func rotateFrom(queues []*segments.Queue, from string) []*segments.Queue {
-	i, _ := slices.BinarySearchFunc(queues, from, func(q *segments.Queue, from string) int {
-		return strings.Compare(q.Name, from)
-	})
-	if i == 0 || i == len(queues) {
-		return queues
-	}
-	return slices.Concat(queues[i:], queues[:i])
+	rrFrom = tx.DiscoveryFrom(c.Group, c.Namespace, c.Task)
+	must(tx.ForEachTaggedQueue(c.Namespace, c.Task, rrFrom, func(q *segments.Queue) (bool, error) {
+		return fn(q), nil
+	}))
+	return rrFrom
 }
 
 type popState struct {

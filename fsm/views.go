@@ -215,24 +215,25 @@ func (f *FSM) checkPop(view func(func(*segments.Tx) error) error, c *Lease, prin
 // forEachCandidate walks the queues and partitions a pop's scope covers
 // until part returns false.
 func forEachCandidate(tx *segments.Tx, c *Lease, queue func(*segments.Queue), part func(*segments.Queue, *segments.Partition) bool) {
-	queues, _ := candidateQueues(tx, c)
-	for _, q := range queues {
+	var single *segments.Queue
+	if c.Scope != ScopeDiscovery {
+		if single = must1(tx.Queue(c.Queue)); single == nil {
+			return
+		}
+	}
+	forEachCandidateQueue(tx, c, single, func(q *segments.Queue) bool {
 		queue(q)
 		if c.Scope == ScopeSpecific {
-			if p := must1(tx.Partition(q.ID, c.Partition)); p != nil && !part(q, p) {
-				return
-			}
-			continue
+			p := must1(tx.Partition(q.ID, c.Partition))
+			return p == nil || part(q, p)
 		}
 		more := true
 		forEachPartitionRR(tx, q.ID, c.Group, func(p *segments.Partition) bool {
 			more = part(q, p)
 			return more
 		})
-		if !more {
-			return
-		}
-	}
+		return more
+	})
 }
 
 // recoverStorage turns a storage panic raised by must inside a read view
