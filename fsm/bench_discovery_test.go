@@ -57,3 +57,35 @@ func BenchmarkApplyDiscoveryPop(b *testing.B) {
 		})
 	}
 }
+
+// A page of the queue listing (GET /api/v1/resources/queues) over 10,000
+// queues of one namespace, each with a partition: the views built for the
+// page alone against every queue's view, which the listing built before it
+// paged.
+func BenchmarkListQueuesPage(b *testing.B) {
+	m := newMachine(b)
+	const queues = 10000
+	opts := DefaultOptions(segments.OriginConfigure)
+	for i := 0; i < queues; i += 500 {
+		cmds := make([]Command, 0, 1000)
+		for j := i; j < i+500; j++ {
+			name := fmt.Sprintf("q%05d", j)
+			cmds = append(cmds, &Configure{Queue: name, Namespace: "n", Options: opts},
+				&Push{Items: benchItems(name, 1, 1, "t")})
+		}
+		m.apply(cmds...)
+	}
+	now := m.now.UnixMicro()
+	for _, c := range []struct {
+		name          string
+		offset, limit int
+	}{{"page-of-50", 5000, 50}, {"every-view", 0, -1}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := m.f.ListQueues("n", "", c.offset, c.limit, now); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -389,21 +389,29 @@ func queueView(tx *segments.Tx, q *segments.Queue, now int64, withPartitions boo
 }
 
 // ListQueues lists queues matching the tag filters (empty matches all),
-// newest first, then by name.
-func (f *FSM) ListQueues(namespace, task string, now int64) ([]QueueView, error) {
+// newest first, then by name, from offset on, at most limit of them (all
+// when limit is negative). The order needs only the queue records, so only
+// the queues of the page have their statistics computed, which walk every
+// partition: a page of a listing over many queues costs the page.
+func (f *FSM) ListQueues(namespace, task string, offset, limit int, now int64) ([]QueueView, error) {
 	var out []QueueView
 	err := f.View(func(tx *segments.Tx) (err error) {
 		defer recoverStorage(&err)
-		for _, q := range scopeQueues(tx, "", namespace, task) {
+		qs := scopeQueues(tx, "", namespace, task)
+		sort.SliceStable(qs, func(i, j int) bool {
+			if qs[i].CreatedAt != qs[j].CreatedAt {
+				return qs[i].CreatedAt > qs[j].CreatedAt
+			}
+			return qs[i].Name < qs[j].Name
+		})
+		qs = qs[min(max(offset, 0), len(qs)):]
+		if limit >= 0 && limit < len(qs) {
+			qs = qs[:limit]
+		}
+		for _, q := range qs {
 			out = append(out, *queueView(tx, q, now, false))
 		}
 		return nil
-	})
-	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].Queue.CreatedAt != out[j].Queue.CreatedAt {
-			return out[i].Queue.CreatedAt > out[j].Queue.CreatedAt
-		}
-		return out[i].Queue.Name < out[j].Queue.Name
 	})
 	return out, err
 }

@@ -420,11 +420,10 @@ func scopeQueues(tx *segments.Tx, name, namespace, task string) []*segments.Queu
 		}
 		return nil
 	}
+	// The tag index holds the matching queues alone, in name order.
 	var out []*segments.Queue
-	must(tx.ForEachQueue(func(q *segments.Queue) (bool, error) {
-		if match(q) {
-			out = append(out, q)
-		}
+	must(tx.ForEachTaggedQueue(namespace, task, "", func(q *segments.Queue) (bool, error) {
+		out = append(out, q)
 		return true, nil
 	}))
 	return out

@@ -73,19 +73,13 @@ func (s *Server) handleListQueues(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	views, err := s.state.ListQueues(q.Get("namespace"), q.Get("task"), nowMicros())
+	// A negative or absent limit lists every queue from the offset on.
+	offset := int(max(queryInt(q, "offset", 0), 0))
+	limit := int(queryInt(q, "limit", -1))
+	views, err := s.state.ListQueues(q.Get("namespace"), q.Get("task"), offset, limit, nowMicros())
 	if err != nil {
 		writeError(w, &apiError{Status: 500, Code: codeInternal, Message: err.Error()})
 		return
-	}
-	offset := int(max(queryInt(q, "offset", 0), 0))
-	limit := int(queryInt(q, "limit", int64(len(views))))
-	if offset > len(views) {
-		offset = len(views)
-	}
-	views = views[offset:]
-	if limit >= 0 && limit < len(views) {
-		views = views[:limit]
 	}
 	out := make([]map[string]any, len(views))
 	for i, v := range views {
