@@ -397,18 +397,27 @@ func (f *FSM) ListQueues(namespace, task string, offset, limit int, now int64) (
 	var out []QueueView
 	err := f.View(func(tx *segments.Tx) (err error) {
 		defer recoverStorage(&err)
-		qs := scopeQueues(tx, "", namespace, task)
-		sort.SliceStable(qs, func(i, j int) bool {
-			if qs[i].CreatedAt != qs[j].CreatedAt {
-				return qs[i].CreatedAt > qs[j].CreatedAt
-			}
-			return qs[i].Name < qs[j].Name
-		})
-		qs = qs[min(max(offset, 0), len(qs)):]
-		if limit >= 0 && limit < len(qs) {
-			qs = qs[:limit]
+		type head struct {
+			name    string
+			created int64
 		}
-		for _, q := range qs {
+		var hs []head
+		must(tx.ForEachTaggedQueueHead(namespace, task, func(name string, created int64) bool {
+			hs = append(hs, head{name, created})
+			return true
+		}))
+		// In name order already: a stable sort by time keeps it among
+		// queues created at the same instant.
+		sort.SliceStable(hs, func(i, j int) bool { return hs[i].created > hs[j].created })
+		hs = hs[min(max(offset, 0), len(hs)):]
+		if limit >= 0 && limit < len(hs) {
+			hs = hs[:limit]
+		}
+		for _, h := range hs {
+			q := must1(tx.Queue(h.name))
+			if q == nil {
+				return fmt.Errorf("queue %q listed but not stored: %w", h.name, segments.ErrCorrupt)
+			}
 			out = append(out, *queueView(tx, q, now, false))
 		}
 		return nil

@@ -265,3 +265,40 @@ func diffSets(want, got [][]byte) string {
 	}
 	return ""
 }
+
+// queueHead is the part of a queue record a listing sorts by.
+type queueHead struct {
+	CreatedAt int64 `msgpack:"created"`
+}
+
+// ForEachTaggedQueueHead calls fn with the name and creation time of every
+// queue ForEachTaggedQueue would visit from "", in name order, until fn
+// returns false. A listing sorts by these alone and loads only the records
+// of the page it shows, so a record the queue cache does not hold is
+// decoded for its creation time only.
+func (t *Tx) ForEachTaggedQueueHead(namespace, task string, fn func(name string, createdAt int64) bool) error {
+	b, prefix := tagPrefix(namespace, task)
+	c := t.bucket(b).Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		name := string(k[len(prefix):])
+		key := nameKey(name)
+		v := t.get(bQueues, key)
+		if v == nil {
+			return fmt.Errorf("queue %q indexed under %q but not stored: %w", name, bucketOrder[b], ErrCorrupt)
+		}
+		var created int64
+		if q, ok := t.store.queues.get(key, v); ok {
+			created = q.CreatedAt
+		} else {
+			var h queueHead
+			if err := unmarshalMsgpack(v, &h); err != nil {
+				return fmt.Errorf("queue %q: %w", name, err)
+			}
+			created = h.CreatedAt
+		}
+		if !fn(name, created) {
+			return nil
+		}
+	}
+	return nil
+}

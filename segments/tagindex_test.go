@@ -59,6 +59,17 @@ func checkTagWalks(t *testing.T, s *Store, m tagModel, when string) {
 		froms := append([]string{"a\x00\x00", "zz"}, tagNames...)
 		for _, ns := range tagTags {
 			for _, task := range tagTags {
+				var heads []string
+				must(t, tx.ForEachTaggedQueueHead(ns, task, func(name string, created int64) bool {
+					if q, _ := tx.Queue(name); q == nil || q.CreatedAt != created {
+						t.Errorf("%s: head of %q: created %d, record %+v", when, name, created, q)
+					}
+					heads = append(heads, name)
+					return true
+				}))
+				if want := m.walk(ns, task, ""); !slices.Equal(heads, want) {
+					t.Fatalf("%s: heads of %q/%q: %q, want %q", when, ns, task, heads, want)
+				}
 				for _, from := range froms {
 					got, want := taggedWalk(t, tx, ns, task, from), m.walk(ns, task, from)
 					if !slices.Equal(got, want) {
@@ -90,7 +101,7 @@ func TestTagIndexFollowsTheQueues(t *testing.T) {
 			deleted := false
 			switch {
 			case q == nil:
-				err = tx.CreateQueue(&Queue{Name: name, Namespace: ns, Task: task})
+				err = tx.CreateQueue(&Queue{Name: name, Namespace: ns, Task: task, CreatedAt: int64(step)})
 			case rng.IntN(3) == 0:
 				err, deleted = tx.DeleteQueue(q), true
 			default:
