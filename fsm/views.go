@@ -390,9 +390,10 @@ func queueView(tx *segments.Tx, q *segments.Queue, now int64, withPartitions boo
 
 // ListQueues lists queues matching the tag filters (empty matches all),
 // newest first, then by name, from offset on, at most limit of them (all
-// when limit is negative). The order needs only the queue records, so only
-// the queues of the page have their statistics computed, which walk every
-// partition: a page of a listing over many queues costs the page.
+// when limit is negative). The order needs only the queues' names and
+// creation times, so only the queues of the page are loaded and have their
+// statistics computed, which walk every partition: a page of a listing
+// over many queues costs little more than the page.
 func (f *FSM) ListQueues(namespace, task string, offset, limit int, now int64) ([]QueueView, error) {
 	var out []QueueView
 	err := f.View(func(tx *segments.Tx) (err error) {
