@@ -211,3 +211,84 @@ func TestSnapshotStoreRemovesOlderUnreadableSnapshots(t *testing.T) {
 		t.Fatalf("the newest readable snapshot was removed: %v", err)
 	}
 }
+
+// distinctFiles lists the distinct files (by identity, not name) of the
+// segment files under the glob patterns.
+func distinctFiles(t *testing.T, patterns ...string) []os.FileInfo {
+	t.Helper()
+	var out []os.FileInfo
+	for _, p := range patterns {
+		names, err := filepath.Glob(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range names {
+			st, err := os.Stat(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(out, func(c os.FileInfo) bool { return os.SameFile(c, st) }) {
+				out = append(out, st)
+			}
+		}
+	}
+	return out
+}
+
+// A node that rebuilt its state from its newest snapshot holds copies of
+// the files that snapshot links, under the same numbers, and the older
+// snapshot links the very files the newest does. Removing the older one
+// frees none of them; counting them as Older made a quiet node drop to
+// one snapshot for nothing, said it took back the whole backlog and showed
+// it in crown_snapshot_held_bytes. Older is checked against what removing
+// the older snapshots frees, found from the files' identities on disk.
+func TestHeldAfterARebuildCountsOnlyWhatRemovingOlderFrees(t *testing.T) {
+	dir := t.TempDir()
+	cfg := fastConfig("n1", freeAddr(t), dir, nil)
+	cfg.ReclaimBytes = 1 << 20
+	cfg.ReclaimCheck = time.Hour // reclaim is called below, not by the node
+	n := startNode(t, cfg)
+	waitLeader(t, n)
+	ctx := context.Background()
+	for round := range 6 {
+		if _, _, err := n.node.Propose(ctx, bigPush("big", round)); err != nil {
+			t.Fatal(err)
+		}
+		if round == 2 || round == 5 {
+			if err := n.node.Snapshot(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	n.stop()
+	if err := os.Remove(filepath.Join(dir, "state", "fsm.db")); err != nil {
+		t.Fatal(err)
+	}
+	n = startNode(t, cfg) // restores the newest snapshot: the live files are copies now
+	waitLeader(t, n)
+	list, err := n.node.snaps.List()
+	if err != nil || len(list) != 2 {
+		t.Fatalf("snapshots %v, %v: want two", list, err)
+	}
+	keep := distinctFiles(t, filepath.Join(dir, "state", "fsm.db.blobs-*", "*.seg"),
+		filepath.Join(n.node.snaps.dir, list[0].ID, "*.seg"))
+	var freed int64
+	for _, st := range distinctFiles(t, filepath.Join(n.node.snaps.dir, list[1].ID, "*.seg")) {
+		if !slices.ContainsFunc(keep, func(c os.FileInfo) bool { return os.SameFile(c, st) }) {
+			freed += st.Size()
+		}
+	}
+	held, err := n.node.snapshotHeld()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held.Older != freed {
+		t.Fatalf("held %+v: Older says removing the older snapshot frees %d bytes, it frees %d", held, held.Older, freed)
+	}
+	if err := n.node.reclaim(); err != nil {
+		t.Fatal(err)
+	}
+	if list, err := n.node.snaps.List(); err != nil || len(list) != 2 {
+		t.Fatalf("after a reclaim that could free %d bytes, %d snapshots kept (%v), want both", freed, len(list), err)
+	}
+}

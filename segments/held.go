@@ -30,9 +30,10 @@ func (h SnapshotHeld) Total() int64 { return h.Newest + h.Older }
 // of its number; the newest snapshot's copy of the file that was active
 // when it was taken is not dead space, and another snapshot would copy
 // it again. A file of an older directory counts too when the store's file
-// of that number is another file: an older snapshot's copy of its active
-// file, or a file from before a restore renumbered the store. A file
-// linked from several directories counts once. Directories that vanish
+// of that number is another file (an older snapshot's copy of its active
+// file, or a file from before a restore renumbered the store) and the
+// newest does not link it. A file linked from several directories counts
+// once. Directories that vanish
 // meanwhile (a snapshot reaped) are skipped.
 func (s *Store) SnapshotHeld(dirs []string) (SnapshotHeld, error) {
 	var held SnapshotHeld
@@ -54,15 +55,26 @@ func (s *Store) SnapshotHeld(dirs []string) (SnapshotHeld, error) {
 			if err != nil {
 				continue // reaped meanwhile
 			}
-			if s.liveAs(no, st, i == 0) || slices.ContainsFunc(counted[no], func(c os.FileInfo) bool { return os.SameFile(c, st) }) {
+			if slices.ContainsFunc(counted[no], func(c os.FileInfo) bool { return os.SameFile(c, st) }) {
+				continue
+			}
+			live := s.liveAs(no, st, i == 0)
+			if i == 0 {
+				// Recorded even when live: a store rebuilt from this
+				// snapshot uses copies under the same numbers, and an
+				// older snapshot's link to a file this one links too
+				// frees nothing when the older one goes.
+				counted[no] = append(counted[no], st)
+				if !live {
+					held.Newest += st.Size()
+				}
+				continue
+			}
+			if live {
 				continue
 			}
 			counted[no] = append(counted[no], st)
-			if i == 0 {
-				held.Newest += st.Size()
-			} else {
-				held.Older += st.Size()
-			}
+			held.Older += st.Size()
 		}
 	}
 	return held, nil
