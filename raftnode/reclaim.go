@@ -34,13 +34,27 @@ const reclaimQuietBytes = 1 << 20
 
 // reclaimer is the reclaim check's own state, kept by snapshotOnLogBytes.
 type reclaimer struct {
-	next    time.Time
-	applied uint64 // the node's applied log bytes at the last check
+	next    time.Time // zero until the first tick sets the node's phase
+	applied uint64    // the node's applied log bytes at the last check
 }
 
 // maybeReclaim runs the check when it is due.
 func (n *Node) maybeReclaim(r *reclaimer, now time.Time) {
-	if n.cfg.ReclaimBytes == 0 || now.Before(r.next) {
+	if n.cfg.ReclaimBytes == 0 {
+		return
+	}
+	if r.next.IsZero() {
+		// A deletion makes every node's snapshots hold its files at the
+		// same entry, and nodes started together checked at the same
+		// moments: each copied its state file for the reclaim's snapshot
+		// within milliseconds of the others. The first check comes at
+		// the node's share of the interval, as firstSnapshotAt staggers
+		// the log-bytes trigger.
+		rank, voters := n.voterRank()
+		r.next = now.Add(time.Duration(firstSnapshotAt(uint64(n.cfg.ReclaimCheck), rank, voters)))
+		return
+	}
+	if now.Before(r.next) {
 		return
 	}
 	r.next = now.Add(n.cfg.ReclaimCheck)

@@ -364,3 +364,78 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// Every node applies the same log, so a deletion leaves every node's
+// snapshots holding its files at once, and nodes started together checked
+// at the same moments: all of them copied their state file for the
+// reclaim's snapshot within milliseconds (a three-crownd run: snapshots
+// 2-42-…429, …431, …433), what the log-bytes trigger staggers nodes to
+// avoid (firstSnapshotAt). The reclaims must be a share of the check
+// interval apart.
+func TestReclaimsOfNodesStartedTogetherAreStaggered(t *testing.T) {
+	var peers []Peer
+	for i, addr := range freeAddrs(t, 3) {
+		peers = append(peers, Peer{ID: fmt.Sprintf("n%d", i+1), Addr: addr})
+	}
+	const check = 3 * time.Second
+	cfgs := make([]Config, 3)
+	nodes := make([]*testNode, 3)
+	for i, p := range peers {
+		cfgs[i] = fastConfig(p.ID, p.Addr, t.TempDir(), peers)
+		cfgs[i].ReclaimBytes = 1 << 20
+		cfgs[i].ReclaimCheck = check
+		cfgs[i].SnapshotLogCheck = 20 * time.Millisecond
+		nodes[i] = startNode(t, cfgs[i])
+	}
+	leader := waitLeader(t, nodes...)
+	ctx := context.Background()
+	for round := range 4 {
+		if _, _, err := leader.node.Propose(ctx, bigPush("big", round)); err != nil {
+			t.Fatal(err)
+		}
+		if round == 1 || round == 3 {
+			waitSameDigest(t, 10*time.Second, nodes...)
+			for _, n := range nodes {
+				if err := n.node.Snapshot(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if _, _, err := leader.node.Propose(ctx, &fsm.DeleteQueue{Queue: "big"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := leader.node.Propose(ctx, push("small", "s1")); err != nil {
+		t.Fatal(err)
+	}
+	var at []time.Time
+	deadline := time.Now().Add(4 * check)
+	for i := range nodes {
+		for {
+			dead, snapshots := deadSnapshotFiles(t, cfgs[i].DataDir)
+			if len(dead) == 0 && snapshots == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d did not reclaim: %d dead files, %d snapshots", i+1, len(dead), snapshots)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		list, err := nodes[i].node.snaps.List()
+		if err != nil || len(list) != 1 {
+			t.Fatalf("snapshots %v, %v", list, err)
+		}
+		var term, index, ms int64
+		if _, err := fmt.Sscanf(list[0].ID, "%d-%d-%d", &term, &index, &ms); err != nil {
+			t.Fatal(err)
+		}
+		at = append(at, time.UnixMilli(ms))
+	}
+	for i := range at {
+		for j := range i {
+			if gap := at[i].Sub(at[j]).Abs(); gap < check/6 {
+				t.Errorf("nodes %d and %d took their reclaim's snapshot %v apart, want at least %v", j+1, i+1, gap, check/6)
+			}
+		}
+	}
+}

@@ -176,7 +176,7 @@ func (n *Node) voterRank() (int, int) {
 func (n *Node) snapshotOnLogBytes() {
 	tick := time.NewTicker(n.cfg.SnapshotLogCheck)
 	defer tick.Stop()
-	rec := reclaimer{next: time.Now().Add(n.cfg.ReclaimCheck)}
+	var rec reclaimer
 	for {
 		select {
 		case <-n.stopped:
