@@ -439,3 +439,58 @@ func TestReclaimsOfNodesStartedTogetherAreStaggered(t *testing.T) {
 		}
 	}
 }
+
+// What a reclaim gives up until the next snapshot (raftnode/DESIGN.md,
+// Taking back what snapshots hold): with two snapshots kept, a newest
+// whose meta.json no longer reads leaves the older, which the trailing
+// log reaches back to, and the node restarts on it with the same state;
+// with the newest alone, the node stops at checkLogStart.
+func TestDamagedNewestMetaWithOneSnapshotKeptOrTwo(t *testing.T) {
+	for _, one := range []bool{false, true} {
+		t.Run(fmt.Sprintf("one=%v", one), func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := fastConfig("n1", freeAddr(t), dir, nil)
+			cfg.TrailingLogs = 10
+			n := startNode(t, cfg)
+			snapshotAfterPushes(t, n, 30)
+			for i := range 3 {
+				if _, _, err := n.node.Propose(context.Background(), push("q", fmt.Sprintf("b%d", i))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := n.node.Snapshot(); err != nil {
+				t.Fatal(err)
+			}
+			if one {
+				if err := n.node.snaps.removeOlder(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			list, err := n.node.snaps.List()
+			if err != nil {
+				t.Fatal(err)
+			}
+			last, want := proposeThenStop(t, n, 2, func(i int) *fsm.Push { return push("q", fmt.Sprintf("c%d", i)) })
+			if err := os.WriteFile(filepath.Join(dir, "raft", "snapshots", list[0].ID, "meta.json"), []byte("{"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if !one {
+				restartReplaying(t, cfg, last, want)
+				return
+			}
+			f, err := fsm.Open(fsm.Config{Dir: filepath.Join(dir, "state"), NodeID: "n1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			m, err := New(cfg, f)
+			if err == nil {
+				m.Shutdown()
+				t.Fatal("started with its one snapshot unreadable and the log compacted behind it")
+			}
+			if !strings.Contains(err.Error(), "missing or unreadable") {
+				t.Fatalf("start failed otherwise than at checkLogStart: %v", err)
+			}
+		})
+	}
+}
