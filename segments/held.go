@@ -33,8 +33,7 @@ func (h SnapshotHeld) Total() int64 { return h.Newest + h.Older }
 // of that number is another file (an older snapshot's copy of its active
 // file, or a file from before a restore renumbered the store) and the
 // newest does not link it. A file linked from several directories counts
-// once. Directories that vanish
-// meanwhile (a snapshot reaped) are skipped.
+// once. Directories that vanish meanwhile (a snapshot reaped) are skipped.
 func (s *Store) SnapshotHeld(dirs []string) (SnapshotHeld, error) {
 	var held SnapshotHeld
 	counted := map[uint64][]os.FileInfo{} // by number: the same file may sit in several directories
