@@ -261,10 +261,16 @@ func (f *FSM) discard(why string, args ...any) error {
 		}
 		return nil
 	}
-	f.log.Warn(why, append(args, "moved_to", aside)...)
 	if err := os.Rename(f.cfg.Dir, aside); err != nil {
-		return fmt.Errorf("set the state database aside: %w", err)
+		// The state directory may be a mount point of its own, which
+		// cannot be renamed: removed as before, with no way back.
+		f.log.Warn(why+"; it cannot be set aside, so it is removed", append(args, "error", err)...)
+		if err := segments.RemoveStore(f.dbPath()); err != nil {
+			return fmt.Errorf("discard state database: %w", err)
+		}
+		return nil
 	}
+	f.log.Warn(why, append(args, "moved_to", aside)...)
 	if err := os.MkdirAll(f.cfg.Dir, 0o755); err != nil {
 		return fmt.Errorf("create state directory: %w", err)
 	}
