@@ -188,12 +188,12 @@ func waitSameDigest(t *testing.T, within time.Duration, nodes ...*testNode) {
 	}
 }
 
-// A follower cut off from the others applies nothing, so it counts as
-// quiet and reclaims: a snapshot of what it applied, the older ones gone.
-// That snapshot holds only committed entries, and the log after it stays,
-// so the cluster, back together, converges; and the follower rebuilds the
-// same state from its one snapshot and the log.
-func TestCutOffFollowerReclaimsSafely(t *testing.T) {
+// startHeldCluster starts three nodes, each configured by adjust, whose
+// two snapshots link the sealed segment files of a queue "big" written over
+// rounds commands, then deletes the queue: its files are then held only by
+// every node's snapshots.
+func startHeldCluster(t *testing.T, rounds int, adjust func(*Config)) ([]Config, []*testNode, *testNode) {
+	t.Helper()
 	var peers []Peer
 	for i, addr := range freeAddrs(t, 3) {
 		peers = append(peers, Peer{ID: fmt.Sprintf("n%d", i+1), Addr: addr})
@@ -203,16 +203,16 @@ func TestCutOffFollowerReclaimsSafely(t *testing.T) {
 	for i, p := range peers {
 		cfgs[i] = fastConfig(p.ID, p.Addr, t.TempDir(), peers)
 		cfgs[i].ReclaimBytes = 1 << 20
-		cfgs[i].ReclaimCheck = 200 * time.Millisecond
+		adjust(&cfgs[i])
 		nodes[i] = startNode(t, cfgs[i])
 	}
 	leader := waitLeader(t, nodes...)
 	ctx := context.Background()
-	for round := range 6 {
+	for round := range rounds {
 		if _, _, err := leader.node.Propose(ctx, bigPush("big", round)); err != nil {
 			t.Fatal(err)
 		}
-		if round == 2 || round == 5 {
+		if round == rounds/2-1 || round == rounds-1 {
 			waitSameDigest(t, 10*time.Second, nodes...)
 			for _, n := range nodes {
 				if err := n.node.Snapshot(); err != nil {
@@ -227,6 +227,16 @@ func TestCutOffFollowerReclaimsSafely(t *testing.T) {
 	if _, _, err := leader.node.Propose(ctx, push("small", "s1")); err != nil {
 		t.Fatal(err)
 	}
+	return cfgs, nodes, leader
+}
+
+// A follower cut off from the others applies nothing, so it counts as
+// quiet and reclaims: a snapshot of what it applied, the older ones gone.
+// That snapshot holds only committed entries, and the log after it stays,
+// so the cluster, back together, converges; and the follower rebuilds the
+// same state from its one snapshot and the log.
+func TestCutOffFollowerReclaimsSafely(t *testing.T) {
+	cfgs, nodes, leader := startHeldCluster(t, 6, func(c *Config) { c.ReclaimCheck = 200 * time.Millisecond })
 	waitSameDigest(t, 10*time.Second, nodes...)
 	var cut int
 	for i, n := range nodes {
@@ -257,7 +267,7 @@ func TestCutOffFollowerReclaimsSafely(t *testing.T) {
 		}
 	}
 	leader = waitLeader(t, nodes...)
-	if _, _, err := leader.node.Propose(ctx, push("small", "s2")); err != nil {
+	if _, _, err := leader.node.Propose(context.Background(), push("small", "s2")); err != nil {
 		t.Fatal(err)
 	}
 	waitSameDigest(t, 20*time.Second, nodes...)
@@ -327,16 +337,7 @@ func TestRestartWithAHalfRemovedSnapshot(t *testing.T) {
 				}
 			}
 			if !tc.wantStart {
-				f, err := fsm.Open(fsm.Config{Dir: filepath.Join(dir, "state"), NodeID: "n1"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer f.Close()
-				m, err := New(cfg, f)
-				if err == nil {
-					m.Shutdown()
-					t.Fatal("the node started on a snapshot missing segment files")
-				}
+				err := refusedStart(t, cfg, "the node started on a snapshot missing segment files")
 				if !strings.Contains(err.Error(), filepath.Base(victim)) {
 					t.Fatalf("the error does not name the snapshot %s: %v", filepath.Base(victim), err)
 				}
@@ -345,6 +346,23 @@ func TestRestartWithAHalfRemovedSnapshot(t *testing.T) {
 			restartReplaying(t, cfg, last, want)
 		})
 	}
+}
+
+// refusedStart opens cfg's state and starts a node on it, which must
+// fail: it returns the error, and fails the test saying what if it starts.
+func refusedStart(t *testing.T, cfg Config, what string) error {
+	t.Helper()
+	f, err := fsm.Open(fsm.Config{Dir: filepath.Join(cfg.DataDir, "state"), NodeID: cfg.NodeID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := New(cfg, f)
+	if err == nil {
+		m.Shutdown()
+		t.Fatal(what)
+	}
+	return err
 }
 
 // lockedBuffer is a log destination several nodes write at once.
@@ -373,41 +391,11 @@ func (l *lockedBuffer) String() string {
 // avoid (firstSnapshotAt). The reclaims must be a share of the check
 // interval apart.
 func TestReclaimsOfNodesStartedTogetherAreStaggered(t *testing.T) {
-	var peers []Peer
-	for i, addr := range freeAddrs(t, 3) {
-		peers = append(peers, Peer{ID: fmt.Sprintf("n%d", i+1), Addr: addr})
-	}
 	const check = 3 * time.Second
-	cfgs := make([]Config, 3)
-	nodes := make([]*testNode, 3)
-	for i, p := range peers {
-		cfgs[i] = fastConfig(p.ID, p.Addr, t.TempDir(), peers)
-		cfgs[i].ReclaimBytes = 1 << 20
-		cfgs[i].ReclaimCheck = check
-		cfgs[i].SnapshotLogCheck = 20 * time.Millisecond
-		nodes[i] = startNode(t, cfgs[i])
-	}
-	leader := waitLeader(t, nodes...)
-	ctx := context.Background()
-	for round := range 4 {
-		if _, _, err := leader.node.Propose(ctx, bigPush("big", round)); err != nil {
-			t.Fatal(err)
-		}
-		if round == 1 || round == 3 {
-			waitSameDigest(t, 10*time.Second, nodes...)
-			for _, n := range nodes {
-				if err := n.node.Snapshot(); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
-	if _, _, err := leader.node.Propose(ctx, &fsm.DeleteQueue{Queue: "big"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := leader.node.Propose(ctx, push("small", "s1")); err != nil {
-		t.Fatal(err)
-	}
+	cfgs, nodes, _ := startHeldCluster(t, 4, func(c *Config) {
+		c.ReclaimCheck = check
+		c.SnapshotLogCheck = 20 * time.Millisecond
+	})
 	var at []time.Time
 	deadline := time.Now().Add(4 * check)
 	for i := range nodes {
@@ -478,16 +466,7 @@ func TestDamagedNewestMetaWithOneSnapshotKeptOrTwo(t *testing.T) {
 				restartReplaying(t, cfg, last, want)
 				return
 			}
-			f, err := fsm.Open(fsm.Config{Dir: filepath.Join(dir, "state"), NodeID: "n1"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			m, err := New(cfg, f)
-			if err == nil {
-				m.Shutdown()
-				t.Fatal("started with its one snapshot unreadable and the log compacted behind it")
-			}
+			err = refusedStart(t, cfg, "started with its one snapshot unreadable and the log compacted behind it")
 			if !strings.Contains(err.Error(), "missing or unreadable") {
 				t.Fatalf("start failed otherwise than at checkLogStart: %v", err)
 			}

@@ -24,15 +24,14 @@ func bigPush(queue string, round int) *fsm.Push {
 	return p
 }
 
-// heldBySnapshots sets a single-node cluster up so that its two snapshots
-// link sealed segment files of queue "big", then deletes the queue: the
-// files' space is then held only by the snapshots.
-func heldBySnapshots(t *testing.T, n *testNode) {
+// linkBigQueue waits for n to lead and writes queue "big" over six
+// commands, taking a snapshot after the third and the sixth: both link
+// sealed segment files of it.
+func linkBigQueue(t *testing.T, n *testNode) {
 	t.Helper()
 	waitLeader(t, n)
-	ctx := context.Background()
 	for round := range 6 {
-		if _, _, err := n.node.Propose(ctx, bigPush("big", round)); err != nil {
+		if _, _, err := n.node.Propose(context.Background(), bigPush("big", round)); err != nil {
 			t.Fatal(err)
 		}
 		if round == 2 || round == 5 {
@@ -41,6 +40,15 @@ func heldBySnapshots(t *testing.T, n *testNode) {
 			}
 		}
 	}
+}
+
+// heldBySnapshots sets a single-node cluster up so that its two snapshots
+// link sealed segment files of queue "big", then deletes the queue: the
+// files' space is then held only by the snapshots.
+func heldBySnapshots(t *testing.T, n *testNode) {
+	t.Helper()
+	linkBigQueue(t, n)
+	ctx := context.Background()
 	if _, _, err := n.node.Propose(ctx, &fsm.DeleteQueue{Queue: "big"}); err != nil {
 		t.Fatal(err)
 	}
@@ -248,18 +256,7 @@ func TestHeldAfterARebuildCountsOnlyWhatRemovingOlderFrees(t *testing.T) {
 	cfg.ReclaimBytes = 1 << 20
 	cfg.ReclaimCheck = time.Hour // reclaim is called below, not by the node
 	n := startNode(t, cfg)
-	waitLeader(t, n)
-	ctx := context.Background()
-	for round := range 6 {
-		if _, _, err := n.node.Propose(ctx, bigPush("big", round)); err != nil {
-			t.Fatal(err)
-		}
-		if round == 2 || round == 5 {
-			if err := n.node.Snapshot(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	linkBigQueue(t, n)
 	n.stop()
 	if err := os.Remove(filepath.Join(dir, "state", "fsm.db")); err != nil {
 		t.Fatal(err)
