@@ -133,8 +133,13 @@ func openWithMigrationBatch(path string, o StoreOptions, batch int) (*Store, err
 		return nil, err
 	}
 	migrate := false
-	tagged := -1 // queues the tag index was built for on open; -1: not built
+	tagged := -1     // queues the tag index was built for on open; -1: not built
+	rebuilt := false // built for a file that should have had it (damaged)
 	err = db.Update(func(tx *bolt.Tx) error {
+		lacksIndex := false
+		for _, name := range derivedBuckets {
+			lacksIndex = lacksIndex || tx.Bucket(name) == nil
+		}
 		for _, name := range storeBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
@@ -142,17 +147,20 @@ func openWithMigrationBatch(path string, o StoreOptions, batch int) (*Store, err
 		}
 		meta := tx.Bucket(bucketMeta)
 		v := bytes.Clone(meta.Get(metaSchema))
-		if len(v) == 8 && u64(v) >= 2 && u64(v) < schemaTagIndex {
+		if len(v) == 8 && u64(v) >= 2 && (u64(v) < schemaTagIndex || lacksIndex) {
 			// Files before schema 9 have no tag index (tagindex.go): it
 			// is built here, and schema 9 recorded in the same
 			// transaction (below; for schema 2, at the end of its
 			// migration), so a crash before then leaves the old schema,
-			// whose next open builds the index again.
+			// whose next open builds the index again. A later file
+			// without it (damaged: only derived data is missing) gets it
+			// rebuilt too, rather than an empty index that would hide
+			// its queues from discovery pops and listings.
 			n, err := rebuildQueueTagIndex(tx)
 			if err != nil {
 				return err
 			}
-			tagged = n
+			tagged, rebuilt = n, u64(v) >= schemaTagIndex
 		}
 		if v == nil {
 			if err := meta.Put(metaSchema, be64(schemaVersion)); err != nil {
@@ -213,7 +221,10 @@ func openWithMigrationBatch(path string, o StoreOptions, batch int) (*Store, err
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if tagged >= 0 {
+	switch {
+	case rebuilt:
+		log.Warn("rebuilt the queue tag index, missing from the state file", "state", path, "queues", tagged)
+	case tagged >= 0:
 		log.Info("built the queue tag index of an older state file", "state", path, "queues", tagged)
 	}
 	if migrate {

@@ -237,6 +237,20 @@ func TestSchema9SnapshotWithoutTheTagIndexIsRefused(t *testing.T) {
 	}
 }
 
+// A schema 9 file missing an index bucket (damage: the index is derived)
+// gets the index rebuilt when it opens. It used to open with that bucket
+// created empty, which hid its queues from discovery pops and listings.
+func TestSchema9FileWithoutTheTagIndexRebuildsIt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s := openSized(t, path, 0)
+	m := fillTagged(t, s)
+	must(t, s.db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketQueueTask) }))
+	must(t, s.Close())
+	s = openSized(t, path, 0)
+	view(t, s, func(tx *Tx) error { return tx.CheckQueueTagIndex() })
+	checkTagWalks(t, s, m, "reopened schema 9 file without queue_task")
+}
+
 // A state file of a newer schema is refused, as before.
 func TestNewerSchemaIsRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
