@@ -256,25 +256,28 @@ func (f *FSM) discard(why string, args ...any) error {
 		// rebuild had what it needs: that copy is the one to keep, and
 		// this directory holds only what the failed start made.
 		f.log.Warn(why+"; keeping the copy an earlier start set aside", append(args, "kept", aside)...)
-		if err := segments.RemoveStore(f.dbPath()); err != nil {
-			return fmt.Errorf("discard state database: %w", err)
-		}
-		return nil
+		return f.removeStore()
 	}
 	if err := os.Rename(f.cfg.Dir, aside); err != nil {
 		// The state directory may be a mount point of its own, which
 		// cannot be renamed: removed as before, with no way back.
 		f.log.Warn(why+"; it cannot be set aside, so it is removed", append(args, "error", err)...)
-		if err := segments.RemoveStore(f.dbPath()); err != nil {
-			return fmt.Errorf("discard state database: %w", err)
-		}
-		return nil
+		return f.removeStore()
 	}
 	f.log.Warn(why, append(args, "moved_to", aside)...)
 	if err := os.MkdirAll(f.cfg.Dir, 0o755); err != nil {
 		return fmt.Errorf("create state directory: %w", err)
 	}
 	return segments.SyncDir(filepath.Dir(f.cfg.Dir))
+}
+
+// removeStore deletes the state database and its segment files, for a
+// state discard cannot set aside.
+func (f *FSM) removeStore() error {
+	if err := segments.RemoveStore(f.dbPath()); err != nil {
+		return fmt.Errorf("discard state database: %w", err)
+	}
+	return nil
 }
 
 // DiscardedDir is where a state database that may be torn is set aside

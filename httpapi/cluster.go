@@ -284,10 +284,8 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		for _, x := range members {
-			if x.ID == m.ID {
-				return nil
-			}
+		if raftnode.HasMember(members, m.ID) {
+			return nil
 		}
 		return fmt.Errorf("%w: %q is not a member of the cluster; add it first (crownctl cluster add)", raftnode.ErrConflict, m.ID)
 	}) {

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -776,10 +777,8 @@ func (n *Node) checkMember(id string) error {
 	if err != nil {
 		return err
 	}
-	for _, m := range members {
-		if m.ID == id {
-			return nil
-		}
+	if HasMember(members, id) {
+		return nil
 	}
 	return fmt.Errorf("%w: %q", ErrNoMember, id)
 }
@@ -816,6 +815,11 @@ var ErrNoMember = errors.New("no such member")
 // ErrConflict reports a membership change or transfer the configuration
 // refuses however often it is repeated.
 var ErrConflict = errors.New("refused by the cluster configuration")
+
+// HasMember reports whether members lists id, voter or not.
+func HasMember(members []Member, id string) bool {
+	return slices.ContainsFunc(members, func(m Member) bool { return m.ID == id })
+}
 
 // IsVoter reports whether members lists id as a voter.
 func IsVoter(members []Member, id string) bool {

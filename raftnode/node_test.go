@@ -172,15 +172,30 @@ func TestNegativeLingerSurvivesDefaults(t *testing.T) {
 
 func startCluster(t *testing.T, n int) []*testNode {
 	t.Helper()
+	var nodes []*testNode
+	for _, c := range clusterConfigs(t, n, nil) {
+		nodes = append(nodes, startNode(t, c))
+	}
+	return nodes
+}
+
+// clusterConfigs are the configurations of an n-node cluster n1..nN on
+// free loopback ports, each in its own directory, adjusted by adjust
+// (nil: none).
+func clusterConfigs(t *testing.T, n int, adjust func(*Config)) []Config {
+	t.Helper()
 	var peers []Peer
 	for i, addr := range freeAddrs(t, n) {
 		peers = append(peers, Peer{ID: fmt.Sprintf("n%d", i+1), Addr: addr})
 	}
-	var nodes []*testNode
-	for _, p := range peers {
-		nodes = append(nodes, startNode(t, fastConfig(p.ID, p.Addr, t.TempDir(), peers)))
+	cfgs := make([]Config, n)
+	for i, p := range peers {
+		cfgs[i] = fastConfig(p.ID, p.Addr, t.TempDir(), peers)
+		if adjust != nil {
+			adjust(&cfgs[i])
+		}
 	}
-	return nodes
+	return cfgs
 }
 
 func TestClusterFollowerRefusesAndMembershipChanges(t *testing.T) {

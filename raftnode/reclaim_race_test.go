@@ -95,17 +95,13 @@ func TestSnapshotStreamOutlivesItsRemoval(t *testing.T) {
 // and again while the follower receives. The follower must end with the
 // leader's state, retrying with the newer snapshot if a send broke.
 func TestReclaimWhileAFollowerInstallsASnapshot(t *testing.T) {
-	var peers []Peer
-	for i, addr := range freeAddrs(t, 3) {
-		peers = append(peers, Peer{ID: fmt.Sprintf("n%d", i+1), Addr: addr})
-	}
-	cfgs := make([]Config, 3)
-	nodes := make([]*testNode, 3)
 	var logged lockedBuffer
-	for i, p := range peers {
-		cfgs[i] = fastConfig(p.ID, p.Addr, t.TempDir(), peers)
-		cfgs[i].TrailingLogs = 1 // the follower behind needs a snapshot
-		cfgs[i].Logger = slog.New(slog.NewTextHandler(&logged, nil))
+	cfgs := clusterConfigs(t, 3, func(c *Config) {
+		c.TrailingLogs = 1 // the follower behind needs a snapshot
+		c.Logger = slog.New(slog.NewTextHandler(&logged, nil))
+	})
+	nodes := make([]*testNode, 3)
+	for i := range cfgs {
 		nodes[i] = startNode(t, cfgs[i])
 	}
 	leader := waitLeader(t, nodes...)
@@ -194,16 +190,12 @@ func waitSameDigest(t *testing.T, within time.Duration, nodes ...*testNode) {
 // every node's snapshots.
 func startHeldCluster(t *testing.T, rounds int, adjust func(*Config)) ([]Config, []*testNode, *testNode) {
 	t.Helper()
-	var peers []Peer
-	for i, addr := range freeAddrs(t, 3) {
-		peers = append(peers, Peer{ID: fmt.Sprintf("n%d", i+1), Addr: addr})
-	}
-	cfgs := make([]Config, 3)
+	cfgs := clusterConfigs(t, 3, func(c *Config) {
+		c.ReclaimBytes = 1 << 20
+		adjust(c)
+	})
 	nodes := make([]*testNode, 3)
-	for i, p := range peers {
-		cfgs[i] = fastConfig(p.ID, p.Addr, t.TempDir(), peers)
-		cfgs[i].ReclaimBytes = 1 << 20
-		adjust(&cfgs[i])
+	for i := range cfgs {
 		nodes[i] = startNode(t, cfgs[i])
 	}
 	leader := waitLeader(t, nodes...)
